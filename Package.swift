@@ -1,0 +1,45 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "OwnershipLedger",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "OwnershipLedger", targets: ["OwnershipLedger"]),
+        .executable(name: "ledger", targets: ["ledger"]),
+    ],
+    targets: [
+        .systemLibrary(name: "CLMDB", path: "Sources/CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
+        .systemLibrary(
+            name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .target(name: "LedgerCore"),
+        .target(name: "Projections", dependencies: ["LedgerCore"], path: "Projections"),
+        .target(name: "LedgerCrypto", dependencies: ["LedgerCore", "COpenSSL"]),
+        .target(name: "LedgerStore", dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "CLMDB"]),
+        .target(name: "AppleSignedData", dependencies: ["LedgerCore", "LedgerCrypto", "COpenSSL"]),
+        .target(
+            name: "OwnershipLedger",
+            dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "LedgerStore", "AppleSignedData"]),
+        .executableTarget(name: "ledger", dependencies: ["OwnershipLedger"]),
+        .target(
+            name: "LedgerTestSupport",
+            dependencies: ["OwnershipLedger", "LedgerCore", "LedgerStore", "LedgerCrypto", "AppleSignedData"],
+            path: "Tests/LedgerTestSupport"),
+        .testTarget(name: "LedgerCoreTests", dependencies: ["LedgerCore", "Projections", "LedgerTestSupport"]),
+        .testTarget(name: "LedgerStoreTests", dependencies: ["LedgerStore", "LedgerCrypto", "LedgerTestSupport", "CLMDB"]),
+        .testTarget(
+            name: "AppleSignedDataTests", dependencies: ["AppleSignedData", "LedgerTestSupport"],
+            resources: [.copy("Vectors")]),
+        .testTarget(name: "LedgerCryptoTests", dependencies: ["LedgerCrypto"]),
+        .testTarget(name: "OwnershipLedgerTests", dependencies: ["OwnershipLedger", "LedgerTestSupport"]),
+    ]
+)
+
+// One place for the Swift settings every Swift target shares.
+for target in package.targets where target.type != .system {
+    target.swiftSettings =
+        (target.swiftSettings ?? []) + [
+            .swiftLanguageMode(.v6),
+            .enableUpcomingFeature("ExistentialAny"),
+        ]
+}

@@ -1,0 +1,61 @@
+public import LedgerCore
+
+/// One entry of the trusted audit trail.
+public struct AuditEntry: Equatable, Sendable {
+    public var sequence: UInt64
+    public var time: Timestamp
+    /// `denial`, `family-sharing-rejected`, `account-deleted`, `lineage-tombstoned`, `staff-enrolled`,
+    /// `staff-removed`, `transfer-requested`, `transfer-approved`, `transfer-applied`, `transfer-refused`.
+    public var kind: String
+    public var lineage: LineageKey?
+    public var account: AccountID?
+    public var staff: StaffID?
+    public var caseId: String?
+    /// The reason, in words (for support transfers, the private case reason).
+    public var reason: String
+}
+
+/// The audit trail: every denial, deletion, Family Sharing rejection and support action, with
+/// time and reason.
+public enum AuditTrail {
+    public static let version: UInt32 = 1
+
+    /// Appends the audit entry `record` produces, if any.
+    public static func evolve(_ trail: inout [AuditEntry], _ record: Record) {
+        func add(
+            _ kind: String, lineage: LineageKey? = nil, account: AccountID? = nil, staff: StaffID? = nil, caseId: String? = nil, _ reason: String
+        ) {
+            trail.append(
+                AuditEntry(
+                    sequence: record.sequence, time: record.recordedAt, kind: kind, lineage: lineage, account: account,
+                    staff: staff, caseId: caseId, reason: reason))
+        }
+        switch record.event {
+        case .decisionIssued(let d) where d.reason == .familyShared:
+            add("family-sharing-rejected", lineage: d.lineage, account: d.account, d.reason.message)
+        case .decisionIssued(let d) where d.reason.outcome == .denied:
+            add("denial", lineage: d.lineage, account: d.account, "\(d.reason.code): \(d.reason.message)")
+        case .accountDeleted(let account):
+            add("account-deleted", account: account, "account deleted; identity mapping erased")
+        case .lineageTombstoned(let lineage, let account):
+            add("lineage-tombstoned", lineage: lineage, account: account, "owner deleted; binding kept as a tombstone")
+        case .staffEnrolled(let e):
+            add("staff-enrolled", staff: e.staff, "roles \(e.roles.names.joined(separator: ",")) by \(e.enrolledBy ?? "init")")
+        case .staffRemoved(let e):
+            add("staff-removed", staff: e.staff, "removed by \(e.removedBy)")
+        case .transferRequested(let e):
+            add("transfer-requested", lineage: e.plan.lineage, account: e.plan.target, staff: e.requestedBy, caseId: e.plan.caseId, e.plan.reason)
+        case .transferApproved(let e):
+            add("transfer-approved", staff: e.approvedBy, caseId: e.caseId, "approved plan \(e.planDigest.hex)")
+        case .transferApplied(let e):
+            add(
+                "transfer-applied", lineage: e.lineage, account: e.target, staff: e.appliedBy, caseId: e.caseId,
+                "rebound from \(e.source.account) to \(e.target); no entitlement granted")
+        case .transferRefused(let e):
+            add("transfer-refused", staff: e.staff, caseId: e.caseId, "\(e.step): \(e.reason)")
+        case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .lineageBound, .entitlementGranted,
+            .entitlementEnded, .entitlementRevoked, .entitlementReinstated, .decisionIssued:
+            break
+        }
+    }
+}

@@ -1,0 +1,161 @@
+public import LedgerCore
+
+/// A violated invariant (numbered as in `docs/events.md`) and the record where it first held false.
+public struct InvariantViolation: Equatable, Sendable, CustomStringConvertible {
+    public var invariant: Int
+    public var sequence: UInt64
+    public var message: String
+
+    public init(invariant: Int, sequence: UInt64, message: String) {
+        self.invariant = invariant
+        self.sequence = sequence
+        self.message = message
+    }
+
+    public var description: String { "invariant \(invariant) violated at record \(sequence): \(message)" }
+}
+
+/// Replays records and checks the ledger's invariants at every step:
+///
+/// 1. each lineage is bound to at most one live account;
+/// 2. a binding changes owner only through an applied support transfer;
+/// 3. an entitlement exists only for the bound account and only from a verified store transaction;
+/// 4. a tombstoned lineage grants nothing until a transfer and a verified restore;
+/// 5. an applied transfer has a request by an authorised operator and an approval of the same plan
+///    by a different authorised approver, both recorded before it;
+/// 6. after a transfer the previous account holds no entitlement from that lineage;
+/// 7. FAMILY_SHARED ownership never binds and never grants;
+/// 8. sequence numbers are gapless (the hash chain is checked by the store).
+///
+/// Invariant 9 (persisted read models equal a fresh replay) is checked by the store.
+public struct InvariantChecker: Sendable {
+    public private(set) var state = LedgerState()
+    public private(set) var violations: [InvariantViolation] = []
+    private var lastSequence: UInt64 = 0
+    /// The fact that opened the current batch: what caused the effects that follow it.
+    private var cause: LedgerEvent?
+    /// Cases whose request was made by an operator enrolled at the time.
+    private var authorisedRequests: Set<String> = []
+    /// Cases approved by a different approver enrolled at the time, for the requested plan.
+    private var authorisedApprovals: Set<String> = []
+
+    public init() {}
+
+    /// Checks every record of `records` in order.
+    public static func check(_ records: some Sequence<Record>) -> [InvariantViolation] {
+        var checker = InvariantChecker()
+        for record in records { checker.check(record) }
+        return checker.violations
+    }
+
+    /// Checks one record against the state so far, then applies it.
+    public mutating func check(_ record: Record) {
+        let seq = record.sequence
+        func violated(_ invariant: Int, _ message: String) {
+            violations.append(InvariantViolation(invariant: invariant, sequence: seq, message: message))
+        }
+        if seq != lastSequence + 1 { violated(8, "sequence \(seq) follows \(lastSequence)") }
+        lastSequence = seq
+
+        let event = record.event
+        switch event {
+        case .transactionSubmitted, .notificationReceived, .accountDeletionRequested:
+            cause = event
+        case .staffEnrolled, .staffRemoved, .transferRefused:
+            cause = event
+        case .transferRequested(let e):
+            cause = event
+            if let member = state.staff[e.requestedBy], member.roles.contains(.operator_) {
+                authorisedRequests.insert(e.plan.caseId)
+            }
+        case .transferApproved(let e):
+            cause = event
+            if let request = state.transfers[e.caseId]?.request, let member = state.staff[e.approvedBy],
+                member.roles.contains(.approver), e.approvedBy != request.requestedBy, e.planDigest == request.planDigest
+            {
+                authorisedApprovals.insert(e.caseId)
+            }
+        case .transferApplied(let e):
+            cause = event
+            if !authorisedRequests.contains(e.caseId) {
+                violated(5, "transfer \(e.caseId) applied without a request by an authorised operator")
+            }
+            if !authorisedApprovals.contains(e.caseId) || state.transfers[e.caseId]?.request.planDigest != e.planDigest {
+                violated(5, "transfer \(e.caseId) applied without an approval of its plan by a different authorised approver")
+            }
+        case .lineageBound(let lineage, let account):
+            let binding = state.lineage(lineage).binding
+            if binding != .unbound {
+                violated(binding.isTombstone ? 4 : 1, "lineage \(lineage) bound to \(account) while \(binding.summary)")
+                violated(2, "lineage \(lineage) changed owner without a support transfer")
+            }
+            if let facts = causeFacts(for: lineage) {
+                if facts.ownership == .familyShared { violated(7, "FAMILY_SHARED transaction bound lineage \(lineage)") }
+                if case .transactionSubmitted(let s) = cause, s.kind == .reconciliation || s.account != account {
+                    violated(2, "lineage \(lineage) bound by a \(s.kind.name) that does not speak for \(account)")
+                }
+                if case .notificationReceived = cause { violated(2, "a server notification bound lineage \(lineage)") }
+            } else {
+                violated(2, "lineage \(lineage) bound without a verified transaction")
+            }
+        case .entitlementGranted(let e):
+            let binding = state.lineage(e.lineage).binding
+            if binding.isTombstone {
+                violated(4, "tombstoned lineage \(e.lineage) granted an entitlement")
+            } else if binding != .bound(e.account) {
+                violated(3, "entitlement granted to \(e.account), which is not bound to lineage \(e.lineage)")
+            }
+            if let facts = causeFacts(for: e.lineage) {
+                if facts.ownership == .familyShared { violated(7, "FAMILY_SHARED transaction granted on \(e.lineage)") }
+            } else {
+                violated(3, "entitlement on \(e.lineage) granted without a verified store transaction")
+            }
+        case .entitlementEnded(let lineage, let account, _), .entitlementRevoked(let lineage, let account, _),
+            .entitlementReinstated(let lineage, let account):
+            if state.lineage(lineage).entitlement?.account != account {
+                violated(3, "\(event.name) for \(account), which holds no entitlement on \(lineage)")
+            }
+        case .lineageTombstoned(let lineage, let account):
+            if state.lineage(lineage).binding != .bound(account) {
+                violated(2, "lineage \(lineage) tombstoned for \(account), which does not own it")
+            }
+        case .accountDeleted, .decisionIssued:
+            break
+        }
+
+        StateProjection.evolve(&state, event)
+
+        if case .transferApplied(let e) = event, state.lineage(e.lineage).entitlement?.account == e.source.account {
+            violated(6, "after transfer \(e.caseId) the previous account still holds the entitlement")
+        }
+        if case .decisionIssued(let decision) = event, let facts = causeFacts(for: decision.lineage),
+            facts.ownership == .familyShared, decision.reason != .familyShared
+        {
+            violated(7, "FAMILY_SHARED transaction decided \(decision.reason.code) instead of family-sharing-unsupported")
+        }
+    }
+
+    /// The verified transaction facts of the current cause when they speak of `lineage`.
+    private func causeFacts(for lineage: LineageKey?) -> TransactionFacts? {
+        switch cause {
+        case .transactionSubmitted(let s) where s.lineage == lineage: s.transaction
+        case .notificationReceived(let n) where n.lineage == lineage && lineage != nil: n.transaction
+        default: nil
+        }
+    }
+}
+
+extension Binding {
+    var isTombstone: Bool {
+        if case .tombstoned = self { return true }
+        return false
+    }
+
+    var summary: String {
+        switch self {
+        case .unbound: "unbound"
+        case .bound(let account): "bound to \(account)"
+        case .tombstoned(let account): "tombstoned (former owner \(account))"
+        }
+    }
+}

@@ -1,0 +1,129 @@
+import Foundation
+
+/// The JSON of Apple's legacy `verifyReceipt` response:
+/// `{"status":0, "environment":"Sandbox"|"Production", "receipt":{"bundle_id":...}, "latest_receipt_info":[{...}]}`.
+/// The `*_ms` fields are decimal strings. The receipt's PKCS#7 signature is **not** verified here
+/// (the response comes from Apple over TLS; see `docs/verification.md`).
+public struct LegacyReceiptResponse: Sendable, Equatable {
+    /// One `latest_receipt_info` (or `receipt.in_app`) entry.
+    public struct Entry: Sendable, Equatable {
+        public var originalTransactionId: String
+        public var transactionId: String
+        public var productId: String
+        public var purchaseDateMs: Int64
+        public var originalPurchaseDateMs: Int64?
+        public var expiresDateMs: Int64?
+        public var inAppOwnershipType: String?
+        public var cancellationDateMs: Int64?
+        public var cancellationReason: Int?
+        public var webOrderLineItemId: String?
+        public var quantity: Int?
+    }
+
+    public var status: Int
+    public var environment: String?
+    public var bundleId: String?
+    /// `receipt.receipt_creation_date_ms`, if present.
+    public var receiptCreationDateMs: Int64?
+    /// `latest_receipt_info`, or `receipt.in_app` when the former is absent.
+    public var entries: [Entry]
+
+    /// Parses the response; wrong shapes are `.invalidPayload` naming the field.
+    public init(jsonData: Data) throws(VerificationError) {
+        try self.init(json: JSONFields.parseObject(jsonData, context: "verifyReceipt"))
+    }
+
+    /// Parses the response from a JSON object.
+    public init(json: [String: Any]) throws(VerificationError) {
+        let f = JSONFields(json, context: "verifyReceipt")
+        guard let status = try f.optionalInt("status") else {
+            throw VerificationError(.invalidPayload, "verifyReceipt is missing status")
+        }
+        self.status = status
+        environment = try f.optionalString("environment")
+        let receipt = try f.optionalObject("receipt")
+        bundleId = try receipt?.optionalString("bundle_id")
+        receiptCreationDateMs = try receipt.map { r throws(VerificationError) in try Self.optionalMs(r, "receipt_creation_date_ms") } ?? nil
+        var raw: [Any] = []
+        var context = "verifyReceipt.latest_receipt_info"
+        if let latest = try f.optionalArray("latest_receipt_info") {
+            raw = latest
+        } else if let inApp = try receipt?.optionalArray("in_app") {
+            raw = inApp
+            context = "verifyReceipt.receipt.in_app"
+        }
+        entries = []
+        for (index, value) in raw.enumerated() {
+            guard let object = value as? [String: Any] else {
+                throw VerificationError(.invalidPayload, "\(context)[\(index)] must be an object")
+            }
+            let e = JSONFields(object, context: "\(context)[\(index)]")
+            guard let purchase = try Self.optionalMs(e, "purchase_date_ms") else {
+                throw VerificationError(.invalidPayload, "\(e.context) is missing purchase_date_ms")
+            }
+            entries.append(
+                Entry(
+                    originalTransactionId: try e.string("original_transaction_id"),
+                    transactionId: try e.string("transaction_id"),
+                    productId: try e.string("product_id"),
+                    purchaseDateMs: purchase,
+                    originalPurchaseDateMs: try Self.optionalMs(e, "original_purchase_date_ms"),
+                    expiresDateMs: try Self.optionalMs(e, "expires_date_ms"),
+                    inAppOwnershipType: try e.optionalString("in_app_ownership_type"),
+                    cancellationDateMs: try Self.optionalMs(e, "cancellation_date_ms"),
+                    cancellationReason: try Self.optionalMs(e, "cancellation_reason").map { Int(clamping: $0) },
+                    webOrderLineItemId: try e.optionalString("web_order_line_item_id"),
+                    quantity: try Self.optionalMs(e, "quantity").map { Int(clamping: $0) }))
+        }
+    }
+
+    /// A decimal string (Apple's form) or a JSON number.
+    static func optionalMs(_ f: JSONFields, _ key: String) throws(VerificationError) -> Int64? {
+        guard let raw = f.object[key], !(raw is NSNull) else { return nil }
+        if let text = raw as? String, let value = Int64(text) { return value }
+        if let value = JSONFields.millis(raw) { return value }
+        throw VerificationError(.invalidPayload, "\(f.context).\(key) must be a decimal string of milliseconds")
+    }
+}
+
+extension SignedDataVerifier {
+    /// Checks a parsed `verifyReceipt` response (status 0, bundle, environment) and converts each entry into a
+    /// ``TransactionPayload``: bundleId from `receipt.bundle_id`, environment from the top level,
+    /// `in_app_ownership_type` defaulting to PURCHASED, cancellation as revocation, and `signedDate` set to the
+    /// receipt creation date (or the entry's purchase date when absent). FAMILY_SHARED is kept, not rejected.
+    public func verifyLegacyReceipt(_ response: LegacyReceiptResponse) -> Result<[TransactionPayload], VerificationError> {
+        Result { () throws(VerificationError) in
+            guard response.status == 0 else {
+                throw VerificationError(.invalidPayload, "verifyReceipt status is \(response.status); only 0 (valid) is accepted")
+            }
+            guard let bundleId = response.bundleId else {
+                throw VerificationError(.invalidAppIdentifier, "verifyReceipt receipt has no bundle_id; expected \"\(configuration.bundleId)\"")
+            }
+            guard bundleId == configuration.bundleId else {
+                throw VerificationError(
+                    .invalidAppIdentifier, "verifyReceipt bundle_id \"\(bundleId)\" does not match the configured \"\(configuration.bundleId)\"")
+            }
+            guard let rawEnvironment = response.environment, let environment = AppleEnvironment(rawValue: rawEnvironment) else {
+                throw VerificationError(
+                    .invalidEnvironment,
+                    "verifyReceipt environment \(response.environment.map { "\"\($0)\"" } ?? "is missing"); expected \(configuration.environment.rawValue)"
+                )
+            }
+            guard environment == configuration.environment else {
+                throw VerificationError(
+                    .invalidEnvironment,
+                    "verifyReceipt environment \"\(rawEnvironment)\" does not match the configured \(configuration.environment.rawValue)")
+            }
+            return response.entries.map { entry in
+                TransactionPayload(
+                    originalTransactionId: entry.originalTransactionId, transactionId: entry.transactionId,
+                    productId: entry.productId, bundleId: bundleId, purchaseDate: entry.purchaseDateMs,
+                    originalPurchaseDate: entry.originalPurchaseDateMs, expiresDate: entry.expiresDateMs,
+                    inAppOwnershipType: entry.inAppOwnershipType ?? "PURCHASED", environment: environment,
+                    signedDate: response.receiptCreationDateMs ?? entry.purchaseDateMs,
+                    revocationDate: entry.cancellationDateMs, revocationReason: entry.cancellationReason,
+                    quantity: entry.quantity, webOrderLineItemId: entry.webOrderLineItemId)
+            }
+        }
+    }
+}

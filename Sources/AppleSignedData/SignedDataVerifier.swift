@@ -1,0 +1,331 @@
+import Foundation
+
+/// What a signed payload is, which decides its identity checks and validation date.
+public enum SignedDataKind: String, Sendable, CaseIterable {
+    case transaction, renewalInfo, notification, appTransaction, unknown
+
+    /// Guesses the kind from the payload's fields (for ``SignedDataVerifier/inspect(_:now:)``).
+    static func guess(_ payload: [String: Any]) -> SignedDataKind {
+        if payload["notificationType"] != nil { return .notification }
+        if payload["receiptType"] != nil || payload["appTransactionId"] != nil && payload["transactionId"] == nil {
+            return .appTransaction
+        }
+        if payload["transactionId"] != nil || payload["inAppOwnershipType"] != nil || payload["purchaseDate"] != nil {
+            return .transaction
+        }
+        if payload["autoRenewStatus"] != nil || payload["autoRenewProductId"] != nil || payload["renewalDate"] != nil {
+            return .renewalInfo
+        }
+        return .unknown
+    }
+}
+
+/// A verified (or, under an Xcode/LocalTesting configuration, merely decoded) JWS.
+public struct InspectedJWS: Sendable, Equatable {
+    /// The kind asked for, or guessed from the payload's fields by ``SignedDataVerifier/inspect(_:now:)``.
+    public var kind: SignedDataKind
+    /// Header JSON, pretty-printed with sorted keys.
+    public var header: Data
+    /// Payload JSON, pretty-printed with sorted keys.
+    public var payload: Data
+    /// Subject of the verified leaf certificate (OpenSSL one-line form); nil when signatures were not checked.
+    public var leafSubject: String?
+    /// False only under an Xcode/LocalTesting configuration, where nothing is verified.
+    public var signatureVerified: Bool
+    /// Unix seconds at which the chain was validated; nil when it was not.
+    public var validatedAt: Int64?
+}
+
+/// Offline verifier of App Store signed data (JWS with ES256 and an `x5c` chain), as Apple's
+/// App Store Server Libraries verify it with online checks off. See `docs/verification.md`.
+///
+/// Never reads the clock: `now` (ms since the epoch) is used only when the payload has no `signedDate`
+/// (AppTransaction: `receiptCreationDate`), or always when `validateAtSignedDate` is false.
+public struct SignedDataVerifier: Sendable {
+    public let configuration: VerifierConfiguration
+
+    /// Leaf (App Store receipt signing) and intermediate (Apple WWDR) extension OIDs.
+    static let leafOID = "1.2.840.113635.100.6.11.1"
+    static let intermediateOID = "1.2.840.113635.100.6.2.1"
+
+    /// Checks the configuration: at least one decodable root, appAppleId for Production,
+    /// and `allowLocalTesting` for Xcode/LocalTesting. Failures are `.invalidConfiguration`.
+    public init(configuration: VerifierConfiguration) throws(VerificationError) {
+        guard !configuration.rootCertificates.isEmpty else {
+            throw VerificationError(.invalidConfiguration, "at least one root certificate is required")
+        }
+        for (index, der) in configuration.rootCertificates.enumerated() where X509Certificate(der: der) == nil {
+            throw VerificationError(.invalidConfiguration, "rootCertificates[\(index)] is not a DER X.509 certificate")
+        }
+        if configuration.environment == .production && configuration.appAppleId == nil {
+            throw VerificationError(.invalidConfiguration, "a Production verifier requires appAppleId")
+        }
+        if configuration.environment.isLocal && !configuration.allowLocalTesting {
+            throw VerificationError(
+                .invalidConfiguration,
+                "environment \(configuration.environment.rawValue) skips all signature checks; set allowLocalTesting to use it")
+        }
+        self.configuration = configuration
+    }
+
+    /// Verifies a JWSTransaction: format, chain, signature, then bundleId and environment; decodes it.
+    public func verifyTransaction(_ jws: String, now: Int64) -> Result<TransactionPayload, VerificationError> {
+        Result { () throws(VerificationError) in try transaction(jws, now: now) }
+    }
+
+    /// Verifies a JWSRenewalInfo: format, chain, signature, then environment; decodes it.
+    public func verifyRenewalInfo(_ jws: String, now: Int64) -> Result<RenewalInfoPayload, VerificationError> {
+        Result { () throws(VerificationError) in try renewalInfo(jws, now: now) }
+    }
+
+    /// Verifies a notification `signedPayload` (bundleId, appAppleId when Production, environment), then
+    /// verifies and decodes `data.signedTransactionInfo` and `data.signedRenewalInfo` the same way.
+    public func verifyNotification(_ signedPayload: String, now: Int64) -> Result<NotificationPayload, VerificationError> {
+        Result { () throws(VerificationError) in
+            let verified = try verifyJWS(signedPayload, kind: .notification, now: now)
+            let fields = JSONFields(verified.payload, context: "notification")
+            let data = try fields.optionalObject("data")
+            var transaction: TransactionPayload?
+            var renewal: RenewalInfoPayload?
+            if let signed = try data?.optionalString("signedTransactionInfo") {
+                transaction = try nested("data.signedTransactionInfo") { () throws(VerificationError) in try self.transaction(signed, now: now) }
+            }
+            if let signed = try data?.optionalString("signedRenewalInfo") {
+                renewal = try nested("data.signedRenewalInfo") { () throws(VerificationError) in try self.renewalInfo(signed, now: now) }
+            }
+            return try NotificationPayload(fields, transaction: transaction, renewalInfo: renewal)
+        }
+    }
+
+    /// Full verification with the identity checks of `kind` (none for `.unknown`), without decoding into a
+    /// typed payload. This is the verdict Apple's libraries give; the typed methods add required-field checks.
+    public func verify(_ jws: String, as kind: SignedDataKind, now: Int64) -> Result<InspectedJWS, VerificationError> {
+        Result { () throws(VerificationError) in try verifyJWS(jws, kind: kind, now: now).inspected() }
+    }
+
+    /// Verified header and payload JSON without identity or payload-type checks (for `ledger inspect-jws`).
+    /// The kind is guessed from the payload's fields and decides the validation date field.
+    public func inspect(_ jws: String, now: Int64) -> Result<InspectedJWS, VerificationError> {
+        Result { () throws(VerificationError) in try verifyJWS(jws, kind: nil, now: now).inspected() }
+    }
+
+    // MARK: - Pipeline
+
+    func transaction(_ jws: String, now: Int64) throws(VerificationError) -> TransactionPayload {
+        let verified = try verifyJWS(jws, kind: .transaction, now: now)
+        return try TransactionPayload(JSONFields(verified.payload, context: "transaction"))
+    }
+
+    func renewalInfo(_ jws: String, now: Int64) throws(VerificationError) -> RenewalInfoPayload {
+        let verified = try verifyJWS(jws, kind: .renewalInfo, now: now)
+        return try RenewalInfoPayload(JSONFields(verified.payload, context: "renewalInfo"))
+    }
+
+    private func nested<T>(_ field: String, _ body: () throws(VerificationError) -> T) throws(VerificationError) -> T {
+        do {
+            return try body()
+        } catch {
+            throw VerificationError(error.code, "\(field): \(error.message)")
+        }
+    }
+
+    struct Verified {
+        var kind: SignedDataKind
+        var header: [String: Any]
+        var payload: [String: Any]
+        var leafSubject: String?
+        var validatedAt: Int64?
+
+        func inspected() throws(VerificationError) -> InspectedJWS {
+            InspectedJWS(
+                kind: kind, header: try Verified.pretty(header), payload: try Verified.pretty(payload),
+                leafSubject: leafSubject, signatureVerified: leafSubject != nil, validatedAt: validatedAt)
+        }
+
+        static func pretty(_ object: [String: Any]) throws(VerificationError) -> Data {
+            do {
+                return try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+            } catch {
+                throw VerificationError(.invalidPayload, "payload could not be re-encoded as JSON")
+            }
+        }
+    }
+
+    /// Steps 1–6 of `docs/verification.md`. `kind == nil` guesses the kind and skips identity checks.
+    func verifyJWS(_ jws: String, kind requestedKind: SignedDataKind?, now: Int64) throws(VerificationError) -> Verified {
+        // 1. Shape.
+        let segments = jws.split(separator: ".", omittingEmptySubsequences: false)
+        guard segments.count == 3 else {
+            throw VerificationError(.invalidJWSFormat, "JWS has \(segments.count) segment\(segments.count == 1 ? "" : "s"); exactly 3 are required")
+        }
+        let header = try Self.jsonSegment(segments[0], name: "header")
+        let payload = try Self.jsonSegment(segments[1], name: "payload")
+        guard let signature = Base64URL.decode(segments[2]) else {
+            throw VerificationError(.invalidJWSFormat, "JWS signature is not canonical base64url")
+        }
+        let kind = requestedKind ?? SignedDataKind.guess(payload)
+        var verified = Verified(kind: kind, header: header, payload: payload)
+
+        // 3. Xcode / LocalTesting configurations (allowed only with allowLocalTesting): decode + identity only.
+        if !configuration.environment.isLocal {
+            // 2. Header.
+            guard let alg = header["alg"] else {
+                throw VerificationError(.invalidJWSFormat, "JWS header has no alg; ES256 is required")
+            }
+            guard let algName = alg as? String, algName == "ES256" else {
+                throw VerificationError(.invalidJWSFormat, "JWS alg is \(Self.describe(alg)); only ES256 is accepted")
+            }
+            guard let x5cValue = header["x5c"] else {
+                throw VerificationError(.invalidJWSFormat, "JWS header has no x5c certificate chain")
+            }
+            guard let x5c = x5cValue as? [Any] else {
+                throw VerificationError(.invalidJWSFormat, "JWS header x5c is not an array")
+            }
+            guard x5c.count == 3 else {
+                throw VerificationError(
+                    .invalidJWSFormat, "x5c holds \(x5c.count) certificate\(x5c.count == 1 ? "" : "s"); exactly 3 are required")
+            }
+            var certificates: [X509Certificate] = []
+            for (index, entry) in x5c.enumerated() {
+                guard let text = entry as? String else {
+                    throw VerificationError(.invalidCertificate, "x5c[\(index)] is not a string")
+                }
+                guard let der = Data(base64Encoded: text) else {
+                    throw VerificationError(.invalidCertificate, "x5c[\(index)] is not valid base64")
+                }
+                guard let certificate = X509Certificate(der: [UInt8](der)) else {
+                    throw VerificationError(.invalidCertificate, "x5c[\(index)] is not a DER X.509 certificate")
+                }
+                certificates.append(certificate)
+            }
+            let leaf = certificates[0]
+            let intermediate = certificates[1]  // certificates[2] is never used: only configured roots are trusted
+
+            // 4. Chain at the effective time, then the Apple OIDs.
+            let time = try effectiveTime(payload, kind: kind, now: now)
+            try validateChain(leaf: leaf, intermediate: intermediate, time: time)
+
+            // 5. ES256 signature with the leaf key.
+            try Self.verifySignature(signature, input: Array(segments[0].utf8) + [UInt8(ascii: ".")] + Array(segments[1].utf8), leaf: leaf)
+            verified.leafSubject = leaf.subject
+            verified.validatedAt = time
+        }
+
+        // 6. Identity.
+        if requestedKind != nil { try checkIdentity(payload, kind: kind) }
+        return verified
+    }
+
+    static func jsonSegment(_ segment: Substring, name: String) throws(VerificationError) -> [String: Any] {
+        guard let bytes = Base64URL.decode(segment) else {
+            throw VerificationError(.invalidJWSFormat, "JWS \(name) is not canonical base64url")
+        }
+        guard let parsed = try? JSONSerialization.jsonObject(with: Data(bytes), options: []),
+            let object = parsed as? [String: Any]
+        else {
+            throw VerificationError(.invalidJWSFormat, "JWS \(name) is not a JSON object")
+        }
+        return object
+    }
+
+    static func describe(_ value: Any) -> String {
+        if let string = value as? String { return "\"\(string)\"" }
+        return "not a string"
+    }
+
+    /// Unix seconds at which to validate the chain.
+    func effectiveTime(_ payload: [String: Any], kind: SignedDataKind, now: Int64) throws(VerificationError) -> Int64 {
+        var millis: Int64?
+        if configuration.validateAtSignedDate {
+            let fields = JSONFields(payload, context: "payload")
+            switch kind {
+            case .appTransaction: millis = try fields.optionalMillis("receiptCreationDate")
+            case .unknown:
+                millis = try fields.optionalMillis("signedDate")
+                if millis == nil { millis = try fields.optionalMillis("receiptCreationDate") }
+            default: millis = try fields.optionalMillis("signedDate")
+            }
+        }
+        let ms = millis ?? now
+        return ms / 1000 - (ms % 1000 < 0 ? 1 : 0)  // floor, without overflow at Int64.min
+    }
+
+    func validateChain(leaf: X509Certificate, intermediate: X509Certificate, time: Int64) throws(VerificationError) {
+        var roots: [X509Certificate] = []
+        for der in configuration.rootCertificates {
+            if let root = X509Certificate(der: der) { roots.append(root) }
+        }
+        guard let validator = ChainValidator(roots: roots) else {
+            throw VerificationError(.invalidChain, "could not allocate an OpenSSL certificate store")
+        }
+        let length = try validator.validate(leaf: leaf, intermediate: intermediate, time: time).get()
+        guard length == 3 else {
+            throw VerificationError(.invalidChain, "validated chain has \(length) certificates; exactly 3 (leaf, intermediate, root) are required")
+        }
+        guard leaf.hasExtension(oid: Self.leafOID) else {
+            throw VerificationError(.invalidChain, "leaf certificate lacks the App Store receipt-signing extension OID \(Self.leafOID)")
+        }
+        guard intermediate.hasExtension(oid: Self.intermediateOID) else {
+            throw VerificationError(.invalidChain, "intermediate certificate lacks the Apple WWDR extension OID \(Self.intermediateOID)")
+        }
+    }
+
+    static func verifySignature(_ signature: [UInt8], input: [UInt8], leaf: X509Certificate) throws(VerificationError) {
+        guard signature.count == 64 else {
+            throw VerificationError(.verificationFailed, "ES256 signature is \(signature.count) bytes; 64 (R‖S) are required")
+        }
+        guard let key = leaf.publicKey(), key.isP256 else {
+            throw VerificationError(.verificationFailed, "leaf public key is not an EC P-256 key")
+        }
+        guard let der = ECDSASignature(raw: signature)?.der else {
+            throw VerificationError(.verificationFailed, "ES256 signature could not be converted to DER")
+        }
+        guard key.verifySHA256(derSignature: der, message: input) else {
+            throw VerificationError(.verificationFailed, "ES256 signature does not verify with the leaf certificate's key")
+        }
+    }
+
+    func checkIdentity(_ payload: [String: Any], kind: SignedDataKind) throws(VerificationError) {
+        let fields = JSONFields(payload, context: kind.rawValue)
+        switch kind {
+        case .transaction:
+            try checkBundle(try fields.optionalString("bundleId"), kind)
+            try checkEnvironment(try fields.optionalString("environment"), kind)
+        case .renewalInfo:
+            try checkEnvironment(try fields.optionalString("environment"), kind)
+        case .notification, .appTransaction:
+            let identity =
+                kind == .notification
+                ? try NotificationIdentity(fields) : try NotificationIdentity(fields, environmentKey: "receiptType")
+            try checkBundle(identity.bundleId, kind)
+            if configuration.environment == .production && identity.appAppleId != configuration.appAppleId {
+                let found = identity.appAppleId.map { String($0) } ?? "none"
+                let expected = configuration.appAppleId.map { String($0) } ?? "none"
+                throw VerificationError(.invalidAppIdentifier, "\(kind.rawValue) appAppleId \(found) does not match the configured \(expected)")
+            }
+            try checkEnvironment(identity.environment, kind)
+        case .unknown:
+            break
+        }
+    }
+
+    private func checkBundle(_ bundleId: String?, _ kind: SignedDataKind) throws(VerificationError) {
+        guard let bundleId else {
+            throw VerificationError(.invalidAppIdentifier, "\(kind.rawValue) has no bundleId; expected \"\(configuration.bundleId)\"")
+        }
+        guard bundleId == configuration.bundleId else {
+            throw VerificationError(
+                .invalidAppIdentifier, "\(kind.rawValue) bundleId \"\(bundleId)\" does not match the configured \"\(configuration.bundleId)\"")
+        }
+    }
+
+    private func checkEnvironment(_ environment: String?, _ kind: SignedDataKind) throws(VerificationError) {
+        let expected = configuration.environment.rawValue
+        guard let environment else {
+            throw VerificationError(.invalidEnvironment, "\(kind.rawValue) has no environment; expected \(expected)")
+        }
+        guard environment == expected else {
+            throw VerificationError(.invalidEnvironment, "\(kind.rawValue) environment \"\(environment)\" does not match the configured \(expected)")
+        }
+    }
+}

@@ -1,0 +1,64 @@
+import COpenSSL
+import Foundation
+import LedgerCrypto
+
+/// **For tests and tools only**: builds App Store-shaped JWS (ES256 + `x5c`) with a given private key,
+/// e.g. the test PKI's `testLeaf.key.pem` with `[testLeaf, testIntermediate, testCA]`.
+/// Nothing in the verifier uses it.
+public enum TestJWSSigner {
+    /// Signs `payload` (serialized with sorted keys) as `{"alg":"ES256","x5c":[base64 DER...]}` unless
+    /// `header` is given, in which case exactly that header is used (to build malformed test cases).
+    public static func sign(
+        payload: [String: Any], chain: [[UInt8]], privateKeyPEM: String, header: [String: Any]? = nil
+    ) throws -> String {
+        guard JSONSerialization.isValidJSONObject(payload) else { throw CryptoError("TestJWSSigner: payload is not a JSON object") }
+        let data = try JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys, .withoutEscapingSlashes])
+        return try sign(payload: data, chain: chain, privateKeyPEM: privateKeyPEM, header: header)
+    }
+
+    /// Signs the exact payload bytes `payload` (see the dictionary variant).
+    public static func sign(payload: Data, chain: [[UInt8]], privateKeyPEM: String, header: [String: Any]? = nil) throws -> String {
+        let headerObject = header ?? ["alg": "ES256", "x5c": chain.map { Data($0).base64EncodedString() }]
+        guard JSONSerialization.isValidJSONObject(headerObject) else { throw CryptoError("TestJWSSigner: header is not a JSON object") }
+        let headerData = try JSONSerialization.data(withJSONObject: headerObject, options: [.sortedKeys, .withoutEscapingSlashes])
+        let signingInput = Base64URL.encode([UInt8](headerData)) + "." + Base64URL.encode([UInt8](payload))
+        let signature = try signES256(Array(signingInput.utf8), privateKeyPEM: privateKeyPEM)
+        return signingInput + "." + Base64URL.encode(signature)
+    }
+
+    /// ECDSA P-256 / SHA-256 over `message`, returned in JOSE form (64 bytes R‖S).
+    public static func signES256(_ message: [UInt8], privateKeyPEM: String) throws -> [UInt8] {
+        let key = try PrivateKey(pem: privateKeyPEM)
+        guard let context = EVP_MD_CTX_new() else { throw CryptoError("EVP_MD_CTX_new") }
+        defer { EVP_MD_CTX_free(context) }
+        guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, key.pointer) == 1 else { throw CryptoError("EVP_DigestSignInit") }
+        var length = 0
+        guard EVP_DigestSign(context, nil, &length, message, message.count) == 1 else { throw CryptoError("EVP_DigestSign (size)") }
+        var der = [UInt8](repeating: 0, count: length)
+        guard EVP_DigestSign(context, &der, &length, message, message.count) == 1 else { throw CryptoError("EVP_DigestSign") }
+        guard let raw = ECDSASignature(der: Array(der.prefix(length)))?.raw else { throw CryptoError("ECDSA signature conversion") }
+        return raw
+    }
+
+    /// Base64url without padding, as used in JWS segments.
+    public static func base64URL(_ bytes: [UInt8]) -> String { Base64URL.encode(bytes) }
+}
+
+/// Owns an `EVP_PKEY*` read from PEM (SEC1 or PKCS#8), freed in `deinit`.
+final class PrivateKey {
+    let pointer: OpaquePointer
+
+    init(pem: String) throws {
+        let bytes = Array(pem.utf8)
+        // BIO_new_mem_buf does not copy, so the buffer must outlive the read.
+        let key: OpaquePointer? = bytes.withUnsafeBufferPointer { buffer in
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(clamping: buffer.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+        }
+        guard let key else { throw CryptoError("PEM_read_bio_PrivateKey") }
+        pointer = key
+    }
+
+    deinit { EVP_PKEY_free(pointer) }
+}

@@ -1,0 +1,145 @@
+/// The binding contract as a pure function: given a command, the state it reads and the time of the
+/// attempt, the events to append. The first event is the command's fact; the last is the decision.
+public enum Decider {
+    /// Notification types that extend the bound account's entitlement.
+    public static let extendingNotifications: Set<String> = ["SUBSCRIBED", "DID_RENEW", "OFFER_REDEEMED", "RENEWAL_EXTENDED"]
+    /// Notification types that end it.
+    public static let endingNotifications: Set<String> = ["EXPIRED", "GRACE_PERIOD_EXPIRED"]
+    /// Notification types that revoke it.
+    public static let revokingNotifications: Set<String> = ["REFUND", "REVOKE"]
+
+    /// Decides `command` against `state` at time `at`.
+    /// - Complexity: O(lineages bound to the account) for a deletion, O(1) otherwise.
+    public static func decide(_ command: Command, state: LedgerState, at: Timestamp) -> [LedgerEvent] {
+        var events = [command.fact]
+        let decision: DecisionIssued
+        switch command {
+        case .submitTransaction(let submission):
+            decision = decideTransaction(submission, state: state, at: at, into: &events)
+        case .receiveNotification(let notification):
+            decision = decideNotification(notification, state: state, into: &events)
+        case .deleteAccount(let account):
+            decision = decideDeletion(of: account, state: state, into: &events)
+        }
+        events.append(.decisionIssued(decision))
+        return events
+    }
+
+    private static func decideTransaction(
+        _ submission: TransactionSubmitted, state: LedgerState, at: Timestamp, into events: inout [LedgerEvent]
+    ) -> DecisionIssued {
+        let lineage = submission.lineage
+        let transaction = submission.transaction
+        func decided(_ reason: DecisionReason, _ account: AccountID? = submission.account) -> DecisionIssued {
+            DecisionIssued(reason: reason, lineage: lineage, account: account)
+        }
+        if transaction.ownership == .familyShared { return decided(.familyShared) }
+        let current = state.lineage(lineage)
+        let isReconciliation = submission.kind == .reconciliation
+
+        switch current.binding {
+        case .tombstoned:
+            return decided(isReconciliation ? .tombstonedNotification : .lineageTombstoned)
+        case .unbound:
+            guard let account = submission.account, !isReconciliation else { return decided(.notBound) }
+            if transaction.revocationDate != nil { return decided(.transactionRevoked) }
+            events.append(.lineageBound(lineage: lineage, account: account))
+            events.append(.entitlementGranted(grant(transaction, to: account, lineage: lineage, previous: nil)))
+            return decided(isExpired(transaction, at: at) ? .transactionExpired : .bound)
+        case .bound(let owner):
+            if let account = submission.account, account != owner { return decided(.boundToAnotherAccount) }
+            if let revokedAt = transaction.revocationDate {
+                if let entitlement = current.entitlement, entitlement.revokedAt == nil {
+                    events.append(.entitlementRevoked(lineage: lineage, account: owner, revokedAt: revokedAt))
+                }
+                return decided(.transactionRevoked, owner)
+            }
+            let granted = grant(transaction, to: owner, lineage: lineage, previous: current.entitlement)
+            let expired = granted.expiresAt.map { $0 <= at } ?? false
+            if isReconciliation && expired {
+                if let entitlement = current.entitlement, entitlement.endedBecause == nil {
+                    events.append(.entitlementEnded(lineage: lineage, account: owner, reason: .expired))
+                    return decided(.reconciliationEnded, owner)
+                }
+                return decided(.notificationRecorded, owner)
+            }
+            events.append(.entitlementGranted(granted))
+            return decided(expired ? .transactionExpired : .refreshed, owner)
+        }
+    }
+
+    private static func decideNotification(
+        _ notification: NotificationReceived, state: LedgerState, into events: inout [LedgerEvent]
+    ) -> DecisionIssued {
+        guard let lineage = notification.lineage, let transaction = notification.transaction else {
+            return DecisionIssued(reason: .notificationRecorded, lineage: notification.lineage, account: nil)
+        }
+        func decided(_ reason: DecisionReason, _ account: AccountID? = nil) -> DecisionIssued {
+            DecisionIssued(reason: reason, lineage: lineage, account: account)
+        }
+        if transaction.ownership == .familyShared { return decided(.familyShared) }
+        let current = state.lineage(lineage)
+        let owner: AccountID
+        switch current.binding {
+        case .unbound: return decided(.notBound)
+        case .tombstoned: return decided(.tombstonedNotification)
+        case .bound(let account): owner = account
+        }
+        let type = notification.notificationType
+        let entitlement = current.entitlement
+        if revokingNotifications.contains(type) || (extendingNotifications.contains(type) && transaction.revocationDate != nil) {
+            guard entitlement != nil, entitlement?.revokedAt == nil else { return decided(.notificationRecorded, owner) }
+            let revokedAt = transaction.revocationDate ?? notification.signedDate
+            events.append(.entitlementRevoked(lineage: lineage, account: owner, revokedAt: revokedAt))
+            return decided(.notificationRevoked, owner)
+        }
+        if extendingNotifications.contains(type) {
+            events.append(.entitlementGranted(grant(transaction, to: owner, lineage: lineage, previous: entitlement)))
+            return decided(.notificationExtended, owner)
+        }
+        if endingNotifications.contains(type) {
+            guard let entitlement, entitlement.endedBecause == nil else { return decided(.notificationRecorded, owner) }
+            events.append(.entitlementEnded(lineage: lineage, account: owner, reason: .expired))
+            return decided(.notificationEnded, owner)
+        }
+        if type == "REFUND_REVERSED" {
+            events.append(.entitlementReinstated(lineage: lineage, account: owner))
+            events.append(.entitlementGranted(grant(transaction, to: owner, lineage: lineage, previous: entitlement)))
+            return decided(.notificationReinstated, owner)
+        }
+        return decided(.notificationRecorded, owner)
+    }
+
+    private static func decideDeletion(
+        of account: AccountID, state: LedgerState, into events: inout [LedgerEvent]
+    ) -> DecisionIssued {
+        for lineage in (state.accountLineages[account] ?? []).sorted() {
+            if let entitlement = state.lineage(lineage).entitlement, entitlement.account == account,
+                entitlement.endedBecause == nil
+            {
+                events.append(.entitlementEnded(lineage: lineage, account: account, reason: .accountDeleted))
+            }
+            events.append(.lineageTombstoned(lineage: lineage, formerAccount: account))
+        }
+        events.append(.accountDeleted(account: account))
+        return DecisionIssued(reason: .accountDeleted, lineage: nil, account: account)
+    }
+
+    /// The grant for `transaction`: the latest verified expiry wins, so an out-of-order older
+    /// transaction never shortens an entitlement.
+    private static func grant(
+        _ transaction: TransactionFacts, to account: AccountID, lineage: LineageKey, previous: Entitlement?
+    ) -> EntitlementGranted {
+        var expiresAt = transaction.expiresDate
+        if let previous, previous.account == account, previous.revokedAt == nil, let old = previous.expiresAt,
+            let new = expiresAt, old > new
+        {
+            expiresAt = old
+        }
+        return EntitlementGranted(lineage: lineage, account: account, productId: transaction.productId, expiresAt: expiresAt)
+    }
+
+    private static func isExpired(_ transaction: TransactionFacts, at: Timestamp) -> Bool {
+        transaction.expiresDate.map { $0 <= at } ?? false
+    }
+}

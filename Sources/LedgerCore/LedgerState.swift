@@ -1,0 +1,106 @@
+/// Who a lineage belongs to.
+public enum Binding: Equatable, Sendable {
+    case unbound
+    case bound(AccountID)
+    /// The owner was deleted; the binding stays as a pseudonymous tombstone no new account can claim.
+    case tombstoned(formerAccount: AccountID)
+}
+
+/// The entitlement a lineage gives its bound account.
+public struct Entitlement: Equatable, Sendable {
+    public var account: AccountID
+    public var productId: String
+    /// The latest verified expiry; nil when the product does not expire.
+    public var expiresAt: Timestamp?
+    /// Set by a refund or revocation; cleared when Apple reverses the refund.
+    public var revokedAt: Timestamp?
+    /// Set when the entitlement ended before its expiry (expiry notice, deletion, transfer).
+    public var endedBecause: EntitlementEndReason?
+
+    public init(
+        account: AccountID, productId: String, expiresAt: Timestamp?, revokedAt: Timestamp? = nil,
+        endedBecause: EntitlementEndReason? = nil
+    ) {
+        self.account = account
+        self.productId = productId
+        self.expiresAt = expiresAt
+        self.revokedAt = revokedAt
+        self.endedBecause = endedBecause
+    }
+
+    /// Active at `time`: not revoked, not ended, and the latest verified expiry is after `time`.
+    /// (Whether the lineage is still bound to `account` is checked by ``LineageState/activeEntitlement(at:)``.)
+    public func isActive(at time: Timestamp) -> Bool {
+        revokedAt == nil && endedBecause == nil && (expiresAt.map { $0 > time } ?? true)
+    }
+}
+
+/// The binding and entitlement of one lineage.
+public struct LineageState: Equatable, Sendable {
+    public var binding: Binding
+    public var entitlement: Entitlement?
+
+    public init(binding: Binding = .unbound, entitlement: Entitlement? = nil) {
+        self.binding = binding
+        self.entitlement = entitlement
+    }
+
+    /// The entitlement when it is active at `time` and its account is the bound account.
+    public func activeEntitlement(at time: Timestamp) -> Entitlement? {
+        guard let entitlement, case .bound(let owner) = binding, owner == entitlement.account,
+            entitlement.isActive(at: time)
+        else { return nil }
+        return entitlement
+    }
+}
+
+/// An enrolled support staff member.
+public struct StaffMember: Equatable, Sendable {
+    public var roles: StaffRoles
+    public var publicKey: [UInt8]
+    public var ownAccount: AccountID?
+
+    public init(roles: StaffRoles, publicKey: [UInt8], ownAccount: AccountID?) {
+        self.roles = roles
+        self.publicKey = publicKey
+        self.ownAccount = ownAccount
+    }
+}
+
+/// A support transfer case and how far it got.
+public struct TransferCase: Equatable, Sendable {
+    public var request: TransferRequested
+    public var approval: TransferApproved?
+    public var applied: Bool
+
+    public init(request: TransferRequested, approval: TransferApproved? = nil, applied: Bool = false) {
+        self.request = request
+        self.approval = approval
+        self.applied = applied
+    }
+}
+
+/// The state the decider decides on and the projections maintain. A store may load only the part a
+/// command needs (its lineages, the account's lineages, the roster, the case).
+public struct LedgerState: Equatable, Sendable {
+    public var lineages: [LineageKey: LineageState]
+    /// The lineages currently bound to each live account.
+    public var accountLineages: [AccountID: Set<LineageKey>]
+    public var deletedAccounts: Set<AccountID>
+    public var staff: [StaffID: StaffMember]
+    public var transfers: [String: TransferCase]
+
+    public init(
+        lineages: [LineageKey: LineageState] = [:], accountLineages: [AccountID: Set<LineageKey>] = [:],
+        deletedAccounts: Set<AccountID> = [], staff: [StaffID: StaffMember] = [:],
+        transfers: [String: TransferCase] = [:]
+    ) {
+        self.lineages = lineages
+        self.accountLineages = accountLineages
+        self.deletedAccounts = deletedAccounts
+        self.staff = staff
+        self.transfers = transfers
+    }
+
+    public func lineage(_ key: LineageKey) -> LineageState { lineages[key] ?? LineageState() }
+}

@@ -1,0 +1,76 @@
+import Foundation
+public import LedgerCore
+import LedgerCrypto
+
+/// The ledger key and everything derived from it. The key lives in `ledger.key` beside the LMDB
+/// files (never inside them), mode 0600.
+public struct LedgerKeys: Sendable {
+    /// Name of the key file inside the store directory.
+    public static let fileName = "ledger.key"
+
+    private let lineageKey: [UInt8]
+    private let transactionKey: [UInt8]
+    private let notificationKey: [UInt8]
+    private let eventKey: [UInt8]
+    let vaultKey: [UInt8]
+    let sealKey: [UInt8]
+
+    init(secret: [UInt8]) {
+        func derive(_ label: String) -> [UInt8] { Digest.hmacSHA256(key: secret, message: Array(label.utf8)) }
+        lineageKey = derive("lineage")
+        transactionKey = derive("transaction")
+        notificationKey = derive("notification")
+        eventKey = derive("event-id")
+        vaultKey = derive("identity-vault")
+        sealKey = derive("identity-seal")
+    }
+
+    /// HMAC-SHA256 over `apple|<environment>|<originalTransactionId>`.
+    public func lineage(environment: String, originalTransactionId: String) -> LineageKey {
+        LineageKey(digest(lineageKey, "apple|\(environment)|\(originalTransactionId)"))
+    }
+
+    /// Keyed hash of an Apple `transactionId`.
+    public func transaction(environment: String, transactionId: String) -> Digest32 {
+        digest(transactionKey, "apple|\(environment)|\(transactionId)")
+    }
+
+    /// Keyed hash of a `notificationUUID`.
+    public func notification(uuid: String) -> Digest32 { digest(notificationKey, "apple|\(uuid)") }
+
+    /// The id of event `index` of the batch identified by `batch` (a description of the submission
+    /// that caused it, which may contain identifiers: only its keyed hash is stored).
+    public func eventId(batch: String, index: Int) -> Digest32 {
+        digest(eventKey, "\(batch)#\(index)")
+    }
+
+    private func digest(_ key: [UInt8], _ message: String) -> Digest32 {
+        Digest32(Digest.hmacSHA256(key: key, message: Array(message.utf8))) ?? .zero
+    }
+
+    // MARK: Key file
+
+    static func create(at url: URL) throws -> LedgerKeys {
+        let secret = try Digest.randomBytes(32)
+        let fd = open(url.path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard fd >= 0 else { throw LedgerStoreError.alreadyInitialized(directory: url.deletingLastPathComponent().path) }
+        defer { close(fd) }
+        let text = Array((secret.hex + "\n").utf8)
+        guard write(fd, text, text.count) == text.count, fsync(fd) == 0 else {
+            throw LedgerStoreError.corrupt("could not write \(url.path): \(String(cString: strerror(errno)))")
+        }
+        return LedgerKeys(secret: secret)
+    }
+
+    static func load(from url: URL) throws -> LedgerKeys {
+        var info = stat()
+        guard stat(url.path, &info) == 0 else { throw LedgerStoreError.missingKey(path: url.path) }
+        let mode = UInt16(info.st_mode & 0o777)
+        guard mode & 0o077 == 0 else { throw LedgerStoreError.keyReadableByOthers(path: url.path, mode: mode) }
+        guard let data = FileManager.default.contents(atPath: url.path),
+            let secret = [UInt8](hex: String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
+            secret.count == 32
+        else { throw LedgerStoreError.malformedKey(path: url.path) }
+        return LedgerKeys(secret: secret)
+    }
+}

@@ -1,0 +1,112 @@
+import Foundation
+import LedgerStore
+import OwnershipLedger
+
+/// Exit codes (documented in README.md).
+enum ExitCode: Int32 {
+    case success = 0
+    /// Verification found a problem (broken chain, violated invariant, rejected JWS, differing read models).
+    case verificationFailed = 1
+    /// The command line was wrong.
+    case usage = 2
+    /// The store could not be opened or written (missing, key file, newer format, corrupt).
+    case storeError = 3
+}
+
+/// A failure that ends the command with an exit code and a message.
+struct CLIError: Error {
+    var code: ExitCode
+    var message: String
+    static func usage(_ message: String) -> CLIError { CLIError(code: .usage, message: message) }
+}
+
+/// Where a command writes: standard output and standard error.
+struct Console {
+    func out(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+    func err(_ line: String) { FileHandle.standardError.write(Data((line + "\n").utf8)) }
+}
+
+/// Parsed `--name value` options, `--flag`s and positional arguments, checked against what a
+/// command accepts.
+struct Arguments {
+    private(set) var options: [String: [String]] = [:]
+    private(set) var flags: Set<String> = []
+    private(set) var positionals: [String] = []
+
+    init(_ raw: [String], options allowed: Set<String>, flags allowedFlags: Set<String>) throws {
+        var index = 0
+        while index < raw.count {
+            let argument = raw[index]
+            index += 1
+            guard argument.hasPrefix("--"), argument.count > 2 else {
+                positionals.append(argument)
+                continue
+            }
+            var name = String(argument.dropFirst(2))
+            var inlineValue: String?
+            if let equals = name.firstIndex(of: "=") {
+                inlineValue = String(name[name.index(after: equals)...])
+                name = String(name[..<equals])
+            }
+            if allowedFlags.contains(name) {
+                flags.insert(name)
+            } else if allowed.contains(name) {
+                if let inlineValue {
+                    options[name, default: []].append(inlineValue)
+                } else {
+                    guard index < raw.count else { throw CLIError.usage("--\(name) needs a value") }
+                    options[name, default: []].append(raw[index])
+                    index += 1
+                }
+            } else {
+                throw CLIError.usage("unknown option --\(name)")
+            }
+        }
+    }
+
+    func value(_ name: String) -> String? { options[name]?.last }
+    func values(_ name: String) -> [String] { options[name] ?? [] }
+
+    func required(_ name: String) throws -> String {
+        guard let value = value(name), !value.isEmpty else { throw CLIError.usage("--\(name) is required") }
+        return value
+    }
+
+    /// The `--store` directory (default `./ledger-data`).
+    var store: URL { URL(fileURLWithPath: value("store") ?? "ledger-data") }
+
+    func time(_ name: String) throws -> Int64? {
+        guard let text = value(name) else { return nil }
+        guard let time = LedgerTime.parse(text) else {
+            throw CLIError.usage("--\(name) \(text) is not ISO-8601 (2026-11-29T12:00:00Z) or milliseconds since the epoch")
+        }
+        return time
+    }
+
+    func integer(_ name: String) throws -> Int? {
+        guard let text = value(name) else { return nil }
+        guard let number = Int(text), number >= 0 else { throw CLIError.usage("--\(name) \(text) is not a non-negative integer") }
+        return number
+    }
+}
+
+/// One subcommand.
+protocol Subcommand {
+    static var name: String { get }
+    /// One line for `ledger --help`.
+    static var abstract: String { get }
+    /// Full usage text for `ledger NAME --help`.
+    static var usage: String { get }
+    static var options: Set<String> { get }
+    static var flags: Set<String> { get }
+    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode
+}
+
+extension Subcommand {
+    static var flags: Set<String> { [] }
+}
+
+/// Opens the ledger in `--store`, mapping store errors to clear messages.
+func openLedger(_ arguments: Arguments) throws -> Ledger {
+    try Ledger(opening: arguments.store)
+}

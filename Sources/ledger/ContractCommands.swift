@@ -1,0 +1,124 @@
+import AppleSignedData
+import Foundation
+import LedgerCore
+import OwnershipLedger
+
+struct SubmitCommand: Subcommand {
+    static let name = "submit"
+    static let abstract = "Read verifier submissions (JSON lines) on stdin; write one decision per line."
+    static let usage = """
+        Usage: ledger submit [--trust-decoded] [--store DIR] < submissions.jsonl
+
+        Each input line is one JSON object: type (purchase, renewal, restore, notification,
+        delete-account, reconciliation), account (the authenticated Firebase UID), signedTransaction or
+        signedPayload (Apple JWS, verified), optional at (ISO-8601 or ms) and id (echoed). With
+        --trust-decoded, decoded transaction / notification objects and legacy verifyReceipt responses
+        (receipt) are accepted without signatures. One JSON decision per line, in order; a malformed line
+        gets decision "invalid" and appends nothing. See docs/protocol.md. Exit 0 when every line was answered.
+        """
+    static let options: Set<String> = []
+    static let flags: Set<String> = ["trust-decoded"]
+
+    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let ledger = try openLedger(arguments)
+        let protocolHandler = SubmitProtocol(ledger: ledger, trustDecoded: arguments.flags.contains("trust-decoded"))
+        while let line = readLine(strippingNewline: true) {
+            if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
+            console.out(protocolHandler.respond(to: line))
+        }
+        return .success
+    }
+}
+
+struct BindingCommand: Subcommand {
+    static let name = "binding"
+    static let abstract = "Who owns a subscription lineage (optionally as it was at a time)."
+    static let usage = """
+        Usage: ledger binding --original-transaction-id ID [--environment E] [--at TIME] [--store DIR]
+
+        Prints {"state": "unbound"|"bound"|"tombstoned", "account": UID or null, "entitlement": ...}.
+        --environment defaults to the ledger's; --at (ISO-8601 or ms) replays the log up to that time.
+        """
+    static let options: Set<String> = ["original-transaction-id", "environment", "at"]
+
+    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let ledger = try openLedger(arguments)
+        let id = try arguments.required("original-transaction-id")
+        var environment: AppleEnvironment?
+        if let name = arguments.value("environment") {
+            guard let parsed = AppleEnvironment(rawValue: name) else {
+                throw CLIError.usage("--environment \(name) is not Production, Sandbox, Xcode or LocalTesting")
+            }
+            environment = parsed
+        }
+        let view = try ledger.binding(originalTransactionId: id, environment: environment, at: try arguments.time("at"))
+        var object = render(view)
+        object["originalTransactionId"] = id
+        object["environment"] = (environment ?? ledger.configuration.environment).rawValue
+        console.out(JSONLine.render(object))
+        return .success
+    }
+}
+
+struct AccountCommand: Subcommand {
+    static let name = "account"
+    static let abstract = "An account's entitlements and whether each is active at a time."
+    static let usage = """
+        Usage: ledger account --uid UID [--at TIME] [--store DIR]
+
+        Prints {"account": UID, "known": true|false, "entitlements": [{"productId", "expiresAt", "active", ...}]}.
+        "active" is evaluated at --at (default now); a past --at replays the log up to that time.
+        A deleted account is unknown: its identity mapping was erased.
+        """
+    static let options: Set<String> = ["uid", "at"]
+
+    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let ledger = try openLedger(arguments)
+        let view = try ledger.account(uid: try arguments.required("uid"), at: try arguments.time("at"))
+        console.out(JSONLine.render(render(view)))
+        return .success
+    }
+}
+
+struct InspectJWSCommand: Subcommand {
+    static let name = "inspect-jws"
+    static let abstract = "Verify an Apple JWS with this ledger's trust settings and print its payload."
+    static let usage = """
+        Usage: ledger inspect-jws FILE|- [--at TIME] [--store DIR]
+
+        Verifies the compact JWS in FILE (or stdin with -) like `submit` would: format, ES256, x5c chain to the
+        configured root at the payload's signedDate, Apple OIDs, signature. Prints {"valid": true, "kind",
+        "payload", ...} or {"valid": false, "code", "message"}. Exit 1 when rejected. --at is the time used only
+        when the payload has no signedDate (default now).
+        """
+    static let options: Set<String> = ["at"]
+
+    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        guard arguments.positionals.count == 1 else { throw CLIError.usage("give exactly one FILE, or - for stdin") }
+        let path = arguments.positionals[0]
+        let data: Data
+        if path == "-" {
+            data = FileHandle.standardInput.readDataToEndOfFile()
+        } else {
+            guard let contents = FileManager.default.contents(atPath: path) else { throw CLIError.usage("cannot read \(path)") }
+            data = contents
+        }
+        let jws = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let ledger = try openLedger(arguments)
+        switch ledger.verifier.inspect(jws, now: try arguments.time("at") ?? LedgerTime.now()) {
+        case .success(let inspected):
+            var object: JSONObject = [
+                "valid": true, "kind": inspected.kind.rawValue, "signatureVerified": inspected.signatureVerified,
+            ]
+            if let payload = try? JSONSerialization.jsonObject(with: inspected.payload) { object["payload"] = payload }
+            if let header = try? JSONSerialization.jsonObject(with: inspected.header) { object["header"] = header }
+            if let validatedAt = inspected.validatedAt { object["chainValidatedAt"] = LedgerTime.format(validatedAt * 1000) }
+            if let subject = inspected.leafSubject { object["leafSubject"] = subject }
+            console.out(JSONLine.render(object))
+            return .success
+        case .failure(let error):
+            console.out(JSONLine.render(["valid": false, "code": error.code.rawValue, "message": error.message]))
+            return .verificationFailed
+        }
+    }
+}

@@ -1,0 +1,184 @@
+import AppleSignedData
+import Foundation
+import LedgerCore
+import LedgerStore
+import OwnershipLedger
+
+struct InitCommand: Subcommand {
+    static let name = "init"
+    static let abstract = "Create a ledger: store, key file and the app it accepts signed data for."
+    static let usage = """
+        Usage: ledger init --bundle-id ID --environment Production|Sandbox [--app-apple-id N]
+                           [--root-certificate FILE]... [--allow-local-testing] [--store DIR]
+
+        Creates DIR (default ./ledger-data) holding the LMDB files and ledger.key (mode 0600; back it up:
+        without it no lineage or account can be looked up). Signed data is accepted only from the bundle
+        and environment given; --app-apple-id is required for Production. The trusted root defaults to
+        Apple Root CA - G3; --root-certificate (DER or PEM, repeatable) replaces it (e.g. a test root).
+        --allow-local-testing also permits --environment Xcode or LocalTesting (no signatures: development only).
+        """
+    static let options: Set<String> = ["bundle-id", "environment", "app-apple-id", "root-certificate"]
+    static let flags: Set<String> = ["allow-local-testing"]
+
+    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let bundleId = try arguments.required("bundle-id")
+        let environmentName = try arguments.required("environment")
+        guard let environment = AppleEnvironment(rawValue: environmentName) else {
+            throw CLIError.usage("--environment \(environmentName) is not Production, Sandbox, Xcode or LocalTesting")
+        }
+        var appAppleId: Int64?
+        if let text = arguments.value("app-apple-id") {
+            guard let id = Int64(text) else { throw CLIError.usage("--app-apple-id \(text) is not a number") }
+            appAppleId = id
+        }
+        let roots = try arguments.values("root-certificate").map(readCertificate)
+        let configuration = LedgerConfiguration(
+            bundleId: bundleId, environment: environment, appAppleId: appAppleId, rootCertificates: roots,
+            allowLocalTesting: arguments.flags.contains("allow-local-testing"))
+        do {
+            _ = try configuration.verifier()
+        } catch {
+            throw CLIError.usage(error.message)
+        }
+        let ledger = try Ledger.initialize(at: arguments.store, configuration: configuration)
+        console.out(
+            JSONLine.render([
+                "store": ledger.store.directory.path, "keyFile": ledger.store.directory.appendingPathComponent(LedgerKeys.fileName).path,
+                "bundleId": bundleId, "environment": environment.rawValue,
+                "trustedRoots": roots.isEmpty ? ["Apple Root CA - G3"] : arguments.values("root-certificate"),
+            ]))
+        return .success
+    }
+
+    static func readCertificate(_ path: String) throws -> Data {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw CLIError.usage("cannot read --root-certificate \(path)")
+        }
+        let text = String(decoding: data, as: UTF8.self)
+        guard text.contains("-----BEGIN CERTIFICATE-----") else { return data }
+        let body = text.components(separatedBy: "\n").filter { !$0.hasPrefix("-----") }.joined()
+        guard let der = Data(base64Encoded: body) else { throw CLIError.usage("--root-certificate \(path) is not valid PEM") }
+        return der
+    }
+}
+
+struct LogCommand: Subcommand {
+    static let name = "log"
+    static let abstract = "Print records as JSON lines."
+    static let usage = """
+        Usage: ledger log [--from SEQ] [--limit N] [--store DIR]
+
+        Prints each record (envelope and event) as one JSON object per line, from sequence SEQ
+        (default 1), at most N records (default all). Accounts appear as pseudonyms, lineages as keyed hashes.
+        """
+    static let options: Set<String> = ["from", "limit"]
+
+    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let store = try LedgerStore(opening: arguments.store)
+        let from = UInt64(try arguments.integer("from") ?? 1)
+        let limit = try arguments.integer("limit") ?? .max
+        var printed = 0
+        guard limit > 0 else { return .success }
+        try store.read { session in
+            try session.forEachRecord(from: max(from, 1)) { record in
+                console.out(JSONLine.render(RecordJSON.render(record)))
+                printed += 1
+                return printed < limit
+            }
+        }
+        return .success
+    }
+}
+
+struct VerifyCommand: Subcommand {
+    static let name = "verify"
+    static let abstract = "Check the hash chain, every invariant and the persisted read models."
+    static let usage = """
+        Usage: ledger verify [--store DIR]
+
+        Replays the whole log once: every record's bytes, hash and link; every invariant of
+        docs/events.md; and the persisted read models against a fresh replay. Prints a JSON report.
+        Exit 0 only when all hold; 1 with the first bad sequence number otherwise.
+        """
+    static let options: Set<String> = []
+
+    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let store = try LedgerStore(opening: arguments.store)
+        let report = try store.replay(progress: Progress.reporter(console: console, label: "verify"))
+        var object: JSONObject = [
+            "intact": report.isIntact, "verifiedRecords": report.verifiedRecords,
+            "invariantViolations": report.violations.map { ["invariant": $0.invariant, "seq": $0.sequence, "message": $0.message] },
+            "readModelDifferences": report.readModelDifferences,
+        ]
+        if let fault = report.chainFault {
+            object["firstBadSeq"] = fault.sequence
+            object["chainFault"] = fault.reason
+        }
+        console.out(JSONLine.render(object))
+        return report.isIntact ? .success : .verificationFailed
+    }
+}
+
+struct RebuildCommand: Subcommand {
+    static let name = "rebuild"
+    static let abstract = "Recompute the read models from the log alone and report differences."
+    static let usage = """
+        Usage: ledger rebuild [--check] [--store DIR]
+
+        Replays the log through the projections and compares the result with the persisted read
+        models, listing every difference, then replaces them with the fresh ones (with --check it
+        only compares). Shows progress on a terminal. Exit 1 when the log itself is broken.
+        """
+    static let options: Set<String> = []
+    static let flags: Set<String> = ["check"]
+
+    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let store = try LedgerStore(opening: arguments.store)
+        let report = try store.rebuildReadModels(
+            repair: !arguments.flags.contains("check"), progress: Progress.reporter(console: console, label: "rebuild"))
+        var object: JSONObject = [
+            "records": report.verifiedRecords, "differences": report.readModelDifferences,
+            "repaired": !arguments.flags.contains("check") && !report.readModelDifferences.isEmpty,
+            "lineages": report.state.lineages.count, "accounts": report.state.accountLineages.count,
+        ]
+        if let fault = report.chainFault { object["chainFault"] = fault.description }
+        console.out(JSONLine.render(object))
+        return report.chainFault == nil ? .success : .verificationFailed
+    }
+}
+
+struct StatsCommand: Subcommand {
+    static let name = "stats"
+    static let abstract = "Counts, head and sizes."
+    static let usage = """
+        Usage: ledger stats [--store DIR]
+
+        Prints record count, head sequence and hash, per-database entries and bytes, map and file sizes.
+        """
+    static let options: Set<String> = []
+
+    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let store = try LedgerStore(opening: arguments.store)
+        let (head, databases) = try store.read { session in (try session.head(), try session.statistics()) }
+        let dataFile = store.directory.appendingPathComponent("data.mdb").path
+        let fileSize = (try? FileManager.default.attributesOfItem(atPath: dataFile)[.size] as? Int) ?? 0
+        console.out(
+            JSONLine.render([
+                "records": head.sequence, "headSeq": head.sequence, "headHash": head.hash.hex,
+                "formatVersion": Int(LedgerStore.formatVersion), "dataFileBytes": fileSize,
+                "databases": Dictionary(uniqueKeysWithValues: databases.map { ($0.name, ["entries": $0.entries, "bytes": $0.bytes]) }),
+            ]))
+        return .success
+    }
+}
+
+/// Progress lines on standard error, only when it is a terminal.
+enum Progress {
+    static func reporter(console: Console, label: String) -> ((UInt64, UInt64) -> Void)? {
+        guard isatty(STDERR_FILENO) == 1 else { return nil }
+        return { done, total in
+            let percent = total == 0 ? 100 : Int(done * 100 / total)
+            FileHandle.standardError.write(Data("\r\(label): \(done)/\(total) records (\(percent)%)\(done == total ? "\n" : "")".utf8))
+        }
+    }
+}

@@ -1,0 +1,110 @@
+import Foundation
+import Testing
+
+@testable import AppleSignedData
+
+/// JSON → payload mapping, as used for verified payloads and for unsigned `--trust-decoded` input.
+@Suite struct PayloadDecodingTests {
+    @Test func upstreamTransactionPayload() throws {
+        let transaction = try TransactionPayload(jsonData: try Vectors.data("payloads/signedTransaction.json"))
+        #expect(transaction.originalTransactionId == "12345")
+        #expect(transaction.transactionId == "23456")
+        #expect(transaction.purchaseDate == 1_698_148_900_000)
+        #expect(transaction.originalPurchaseDate == 1_698_148_800_000)
+        #expect(transaction.expiresDate == 1_698_149_000_000)
+        #expect(transaction.revocationReason == 1)
+        #expect(transaction.revocationDate == 1_698_148_950_000)
+        #expect(transaction.environment == .localTesting)
+        #expect(transaction.isUpgraded == true)
+        #expect(transaction.price == 10990)
+        #expect(transaction.appAccountToken == "7e3fb20b-4cdb-47cc-936d-99d65f608138")
+        #expect(transaction.type == "Auto-Renewable Subscription")
+    }
+
+    @Test func upstreamRenewalPayload() throws {
+        let renewal = try RenewalInfoPayload(jsonData: try Vectors.data("payloads/signedRenewalInfo.json"))
+        #expect(renewal.expirationIntent == 1)
+        #expect(renewal.autoRenewStatus == 1)
+        #expect(renewal.isInBillingRetryPeriod == true)
+        #expect(renewal.priceIncreaseStatus == 0)
+        #expect(renewal.gracePeriodExpiresDate == 1_698_148_900_000)
+        #expect(renewal.offerType == 2)
+    }
+
+    struct FieldError: Sendable, CustomTestStringConvertible {
+        var change: String
+        var value: String?  // JSON text; nil removes the key
+        var message: String
+        var testDescription: String { message }
+    }
+
+    @Test(arguments: [
+        FieldError(change: "originalTransactionId", value: nil, message: "transaction is missing originalTransactionId"),
+        FieldError(change: "transactionId", value: nil, message: "transaction is missing transactionId"),
+        FieldError(change: "productId", value: "null", message: "transaction is missing productId"),
+        FieldError(change: "purchaseDate", value: nil, message: "transaction is missing purchaseDate"),
+        FieldError(change: "expiresDate", value: "\"2025-01-01\"", message: "transaction.expiresDate must be a number of milliseconds"),
+        FieldError(change: "expiresDate", value: "true", message: "transaction.expiresDate must be a number of milliseconds"),
+        FieldError(change: "originalTransactionId", value: "1000", message: "transaction.originalTransactionId must be a string"),
+        FieldError(
+            change: "environment", value: "\"Staging\"",
+            message: "transaction.environment \"Staging\" is not one of Production, Sandbox, Xcode, LocalTesting"),
+        FieldError(change: "quantity", value: "1.5", message: "transaction.quantity must be an integer"),
+        FieldError(change: "isUpgraded", value: "1", message: "transaction.isUpgraded must be true or false"),
+        FieldError(change: "signedDate", value: "1e300", message: "transaction.signedDate must be a number of milliseconds"),
+    ])
+    func transactionFieldErrors(_ testCase: FieldError) throws {
+        var json = Vectors.transactionPayload()
+        if let value = testCase.value {
+            json[testCase.change] = try JSONSerialization.jsonObject(with: Data(value.utf8), options: .fragmentsAllowed)
+        } else {
+            json[testCase.change] = nil
+        }
+        #expect(throws: VerificationError(.invalidPayload, testCase.message)) { try TransactionPayload(json: json) }
+    }
+
+    @Test func fractionalMillisecondsAreFloored() throws {
+        let json =
+            #"{"originalTransactionId":"0","transactionId":"0","productId":"p","bundleId":"b","purchaseDate":1697679936049.7297,"#
+            + #""expiresDate":-1.5,"inAppOwnershipType":"PURCHASED","environment":"Xcode","signedDate":1697679936056.9,"url":"a\/b"}"#
+        let transaction = try TransactionPayload(jsonData: Data(json.utf8))
+        #expect(transaction.purchaseDate == 1_697_679_936_049)
+        #expect(transaction.expiresDate == -2)
+        #expect(transaction.signedDate == 1_697_679_936_056)
+    }
+
+    @Test func notJSONIsInvalidPayload() {
+        #expect(throws: VerificationError(.invalidPayload, "transaction is not valid JSON")) { try TransactionPayload(jsonData: Data("{".utf8)) }
+        #expect(throws: VerificationError(.invalidPayload, "renewalInfo is not a JSON object")) { try RenewalInfoPayload(jsonData: Data("[]".utf8)) }
+    }
+
+    @Test func xcodeVectorsDecodeWithLocalTestingVerifier() throws {
+        let verifier = try Vectors.verifier(environment: .xcode, bundleId: "com.example.naturelab.backyardbirds.example")
+        let transaction = try verifier.verifyTransaction(try Vectors.string("jws/xcode-signed-transaction.jws"), now: 0).get()
+        #expect(transaction.originalTransactionId == "0")
+        #expect(transaction.productId == "pass.premium")
+        #expect(transaction.purchaseDate == 1_697_679_936_049)
+        #expect(transaction.expiresDate == 1_700_358_336_049)
+        #expect(transaction.signedDate == 1_697_679_936_056)
+        #expect(transaction.environment == .xcode)
+        #expect(transaction.offerType == 1)
+        #expect(transaction.isUpgraded == false)
+        #expect(transaction.appAccountToken == nil)
+
+        let renewal = try verifier.verifyRenewalInfo(try Vectors.string("jws/xcode-signed-renewal-info.jws"), now: 0).get()
+        #expect(renewal.autoRenewProductId == "pass.premium")
+        #expect(renewal.signedDate == 1_697_679_936_711)
+        #expect(renewal.renewalDate == 1_700_358_336_049)
+        #expect(renewal.recentSubscriptionStartDate == 1_697_679_936_049)
+        #expect(renewal.gracePeriodExpiresDate == nil)
+
+        let app = try verifier.inspect(try Vectors.string("jws/xcode-signed-app-transaction.jws"), now: 0).get()
+        #expect(app.kind == .appTransaction)
+        #expect(!app.signatureVerified)
+
+        // The same data is refused by a Sandbox verifier: x5c has one self-signed certificate.
+        let sandbox = try Vectors.verifier(bundleId: "com.example.naturelab.backyardbirds.example")
+        let result = sandbox.verifyTransaction(try Vectors.string("jws/xcode-signed-transaction.jws"), now: 0)
+        #expect(result.failure == VerificationError(.invalidJWSFormat, "x5c holds 1 certificate; exactly 3 are required"))
+    }
+}

@@ -1,0 +1,167 @@
+import AppleSignedData
+import Foundation
+import LedgerCore
+import OwnershipLedger
+
+/// A fresh directory under the system temporary directory, removed by `remove()`.
+public struct TemporaryDirectory: Sendable {
+    public let url: URL
+
+    public init(_ label: String = "ledger-test") {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("\(label)-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    public func path(_ component: String) -> URL { url.appendingPathComponent(component) }
+
+    public func remove() { try? FileManager.default.removeItem(at: url) }
+}
+
+/// Fixtures shared by the test targets.
+public enum Fixtures {
+    public static let bundleId = "com.myrecipes.app"
+    public static let day: Int64 = 86_400_000
+    /// 2026-11-01T00:00:00Z.
+    public static let start: Int64 = 1_793_491_200_000
+
+    public static let configuration = LedgerConfiguration(bundleId: bundleId, environment: .sandbox)
+
+    /// A new ledger in a temporary directory.
+    public static func ledger(_ configuration: LedgerConfiguration = configuration) throws -> (Ledger, TemporaryDirectory) {
+        let directory = TemporaryDirectory()
+        let ledger = try Ledger.initialize(at: directory.path("store"), configuration: configuration)
+        return (ledger, directory)
+    }
+
+    /// A decoded transaction with Apple's field names, as `--trust-decoded` takes it.
+    public static func transaction(
+        _ originalTransactionId: String, transactionId: String? = nil, at purchase: Int64, days: Int64 = 30,
+        ownership: String = "PURCHASED", revokedAt: Int64? = nil, environment: String = "Sandbox", bundleId: String = bundleId
+    ) -> [String: Any] {
+        var object: [String: Any] = [
+            "originalTransactionId": originalTransactionId, "transactionId": transactionId ?? originalTransactionId,
+            "productId": "com.myrecipes.premium.monthly", "bundleId": bundleId, "purchaseDate": purchase,
+            "expiresDate": purchase + days * day, "inAppOwnershipType": ownership, "environment": environment,
+            "signedDate": purchase,
+        ]
+        if let revokedAt { object["revocationDate"] = revokedAt }
+        return object
+    }
+
+    /// A decoded notification about `transaction`.
+    public static func notification(_ type: String, uuid: String, transaction: [String: Any], at: Int64) -> [String: Any] {
+        [
+            "notificationType": type, "notificationUUID": uuid, "signedDate": at,
+            "data": ["environment": "Sandbox", "bundleId": bundleId, "transaction": transaction],
+        ]
+    }
+
+    /// The payload form of ``transaction(_:transactionId:at:days:ownership:revokedAt:environment:bundleId:)``.
+    public static func payload(_ json: [String: Any]) throws -> TransactionPayload { try TransactionPayload(json: json) }
+
+    /// One protocol line.
+    public static func line(_ object: [String: Any]) -> String {
+        String(decoding: (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data(), as: UTF8.self)
+    }
+
+    /// Parses a JSON line.
+    public static func object(_ line: String) -> [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
+    }
+
+    /// Changes one byte of every occurrence of `marker` in `data` (a raw write under LMDB's feet).
+    public static func flipEveryOccurrence(of marker: String, in data: inout Data) throws {
+        let bytes = Data(marker.utf8)
+        var searchStart = data.startIndex
+        var flipped = 0
+        while let range = data.range(of: bytes, in: searchStart..<data.endIndex) {
+            data[range.lowerBound + 3] ^= 0x20
+            searchStart = range.upperBound
+            flipped += 1
+        }
+        if flipped == 0 { throw CocoaError(.fileReadCorruptFile) }
+    }
+
+    /// True when `needle` occurs in any file under `directory`.
+    public static func anyFile(in directory: URL, contains needle: String) -> Bool {
+        let bytes = Data(needle.utf8)
+        let files = FileManager.default.enumerator(at: directory, includingPropertiesForKeys: nil)
+        while let file = files?.nextObject() as? URL {
+            if let data = try? Data(contentsOf: file), data.range(of: bytes) != nil { return true }
+        }
+        return false
+    }
+}
+
+/// Runs the `ledger` binary built by the package.
+public enum LedgerBinary {
+    public struct Result: Sendable {
+        public var status: Int32
+        public var stdout: String
+        public var stderr: String
+        public var lines: [String] { stdout.split(separator: "\n").map(String.init) }
+        public var json: [String: Any] { Fixtures.object(lines.last ?? "") }
+    }
+
+    /// The package root (two levels above this file's folder).
+    public static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    /// `LEDGER_BINARY`, else the debug build, else the release build.
+    public static var url: URL {
+        if let path = ProcessInfo.processInfo.environment["LEDGER_BINARY"] { return URL(fileURLWithPath: path) }
+        for configuration in ["debug", "release"] {
+            let candidate = packageRoot.appendingPathComponent(".build/\(configuration)/ledger")
+            if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
+        }
+        return packageRoot.appendingPathComponent(".build/debug/ledger")
+    }
+
+    /// Runs `ledger arguments…` with `stdin`, waiting for it to exit.
+    public static func run(_ arguments: [String], stdin: String = "", currentDirectory: URL? = nil) throws -> Result {
+        let process = try start(arguments, stdin: stdin, currentDirectory: currentDirectory)
+        return process.wait()
+    }
+
+    /// A started `ledger` process.
+    public final class Running: @unchecked Sendable {
+        let process: Process
+        let out: Pipe
+        let err: Pipe
+        init(process: Process, out: Pipe, err: Pipe) {
+            self.process = process
+            self.out = out
+            self.err = err
+        }
+
+        public func wait() -> Result {
+            let stdout = out.fileHandleForReading.readDataToEndOfFile()
+            let stderr = err.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return Result(
+                status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
+                stderr: String(decoding: stderr, as: UTF8.self))
+        }
+    }
+
+    /// Starts `ledger arguments…` without waiting.
+    public static func start(_ arguments: [String], stdin: String = "", currentDirectory: URL? = nil) throws -> Running {
+        let process = Process()
+        process.executableURL = url
+        process.arguments = arguments
+        if let currentDirectory { process.currentDirectoryURL = currentDirectory }
+        let input = Pipe()
+        let out = Pipe()
+        let err = Pipe()
+        process.standardInput = input
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let data = Data(stdin.utf8)
+        DispatchQueue.global().async {
+            input.fileHandleForWriting.write(data)
+            try? input.fileHandleForWriting.close()
+        }
+        return Running(process: process, out: out, err: err)
+    }
+}

@@ -1,0 +1,189 @@
+import Foundation
+import LedgerCore
+import LedgerTestSupport
+import Testing
+
+/// The same contract through the `ledger` binary.
+@Suite struct CLITests {
+    let directory = TemporaryDirectory("ledger-cli")
+    var store: String { directory.path("store").path }
+    let t = Fixtures.start
+    let day = Fixtures.day
+
+    func initStore() throws {
+        let result = try LedgerBinary.run(["init", "--store", store, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"])
+        #expect(result.status == 0, "\(result.stderr)")
+    }
+
+    func submit(_ lines: [[String: Any]]) throws -> [[String: Any]] {
+        let result = try LedgerBinary.run(
+            ["submit", "--trust-decoded", "--store", store], stdin: lines.map(Fixtures.line).joined(separator: "\n") + "\n")
+        #expect(result.status == 0, "\(result.stderr)")
+        return result.lines.map(Fixtures.object)
+    }
+
+    @Test func initThenVerifySucceedOnANewStore() throws {
+        defer { directory.remove() }
+        try initStore()
+        let verify = try LedgerBinary.run(["verify", "--store", store])
+        #expect(verify.status == 0)
+        #expect(verify.json["intact"] as? Bool == true)
+        let again = try LedgerBinary.run(["init", "--store", store, "--bundle-id", "x", "--environment", "Sandbox"])
+        #expect(again.status == 3)
+        #expect(again.stderr.contains("already holds a ledger"))
+    }
+
+    @Test func contractScenariosThroughTheBinary() throws {
+        defer { directory.remove() }
+        try initStore()
+        let responses = try submit([
+            ["id": "a1", "type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1001", at: t), "at": t],
+            ["id": "a2", "type": "restore", "account": "alice", "transaction": Fixtures.transaction("1001", at: t + 60_000), "at": t + 60_000],
+            ["id": "b1", "type": "restore", "account": "bob", "transaction": Fixtures.transaction("1001", at: t + 120_000), "at": t + 120_000],
+            ["id": "bad", "type": "purchase"],
+            ["id": "c1", "type": "purchase", "account": "carol", "transaction": Fixtures.transaction("2001", at: t), "at": t],
+            ["id": "c2", "type": "delete-account", "account": "carol", "at": t + day],
+            [
+                "id": "n1", "type": "notification",
+                "notification": Fixtures.notification(
+                    "DID_RENEW", uuid: "u1", transaction: Fixtures.transaction("2001", transactionId: "2002", at: t + 30 * day), at: t + 30 * day),
+            ],
+            [
+                "id": "f1", "type": "purchase", "account": "erin", "transaction": Fixtures.transaction("3001", at: t, ownership: "FAMILY_SHARED"),
+                "at": t,
+            ],
+        ])
+        #expect(responses.count == 8)
+        #expect(responses.map { $0["id"] as? String } == ["a1", "a2", "b1", "bad", "c1", "c2", "n1", "f1"])
+        #expect(
+            responses.map { $0["decision"] as? String } == ["granted", "granted", "denied", "invalid", "granted", "recorded", "ignored", "denied"])
+        #expect(responses[2]["code"] as? String == "permission-denied")
+        #expect(responses[7]["code"] as? String == "family-sharing-unsupported")
+
+        let binding = try LedgerBinary.run(["binding", "--store", store, "--original-transaction-id", "1001"])
+        #expect(binding.json["state"] as? String == "bound")
+        #expect(binding.json["account"] as? String == "alice")
+        let tombstone = try LedgerBinary.run(["binding", "--store", store, "--original-transaction-id", "2001"])
+        #expect(tombstone.json["state"] as? String == "tombstoned")
+        #expect(tombstone.json["account"] is NSNull)
+        let alice = try LedgerBinary.run(["account", "--store", store, "--uid", "alice", "--at", LedgerTimeFormat.iso(t + day)])
+        let entitlements = alice.json["entitlements"] as? [[String: Any]] ?? []
+        #expect(entitlements.count == 1)
+        #expect(entitlements.first?["active"] as? Bool == true)
+        let later = try LedgerBinary.run(["account", "--store", store, "--uid", "alice", "--at", String(t + 40 * day)])
+        #expect((later.json["entitlements"] as? [[String: Any]])?.first?["active"] as? Bool == false)
+        let bob = try LedgerBinary.run(["account", "--store", store, "--uid", "bob"])
+        #expect((bob.json["entitlements"] as? [Any])?.isEmpty == true)
+
+        let verify = try LedgerBinary.run(["verify", "--store", store])
+        #expect(verify.status == 0, "\(verify.stdout)")
+        #expect(!Fixtures.anyFile(in: directory.url, contains: "carol"))
+        #expect(!Fixtures.anyFile(in: directory.url, contains: "alice"))
+        #expect(!Fixtures.anyFile(in: directory.url, contains: "1001"))
+    }
+
+    @Test func verifyFailsWithTheSequenceOfATamperedRecord() throws {
+        defer { directory.remove() }
+        try initStore()
+        _ = try submit(
+            (0..<6).map { i in
+                var transaction = Fixtures.transaction("70\(i)", at: t)
+                transaction["productId"] = "product-marker-\(i)"
+                return ["type": "purchase", "account": "user\(i)", "transaction": transaction, "at": t]
+            })
+        // The third purchase's fact is the first record of its batch: 4 records per purchase → seq 9.
+        let dataFile = directory.path("store/data.mdb")
+        var data = try Data(contentsOf: dataFile)
+        try Fixtures.flipEveryOccurrence(of: "product-marker-2", in: &data)
+        try data.write(to: dataFile)
+        let verify = try LedgerBinary.run(["verify", "--store", store])
+        #expect(verify.status == 1)
+        #expect(verify.json["firstBadSeq"] as? Int == 9, "\(verify.stdout)")
+    }
+
+    @Test func twoProcessesAppendingConcurrentlyLeaveAGaplessVerifiedChain() throws {
+        defer { directory.remove() }
+        try initStore()
+        func lines(_ prefix: String) -> String {
+            (0..<150).map { i in
+                Fixtures.line([
+                    "type": "purchase", "account": "\(prefix)\(i)", "transaction": Fixtures.transaction("\(prefix == "p" ? 1 : 2)\(i)", at: t),
+                    "at": t,
+                ])
+            }.joined(separator: "\n") + "\n"
+        }
+        let first = try LedgerBinary.start(["submit", "--trust-decoded", "--store", store], stdin: lines("p"))
+        let second = try LedgerBinary.start(["submit", "--trust-decoded", "--store", store], stdin: lines("q"))
+        let a = first.wait()
+        let b = second.wait()
+        #expect(a.status == 0 && b.status == 0, "\(a.stderr) \(b.stderr)")
+        #expect((a.lines + b.lines).allSatisfy { Fixtures.object($0)["decision"] as? String == "granted" })
+        let stats = try LedgerBinary.run(["stats", "--store", store])
+        #expect(stats.json["records"] as? Int == 300 * 4)
+        let verify = try LedgerBinary.run(["verify", "--store", store])
+        #expect(verify.status == 0, "\(verify.stdout)")
+        // Batches never interleave: each purchase's four records are contiguous.
+        let log = try LedgerBinary.run(["log", "--store", store])
+        let events = log.lines.map { Fixtures.object($0)["event"] as? String ?? "" }
+        for batch in stride(from: 0, to: events.count, by: 4) {
+            #expect(Array(events[batch..<batch + 4]) == ["transaction-submitted", "lineage-bound", "entitlement-granted", "decision-issued"])
+        }
+    }
+
+    @Test func logHonoursFromAndLimit() throws {
+        defer { directory.remove() }
+        try initStore()
+        _ = try submit([["type": "purchase", "account": "a", "transaction": Fixtures.transaction("1", at: t), "at": t]])
+        let log = try LedgerBinary.run(["log", "--store", store, "--from", "2", "--limit", "2"])
+        #expect(log.lines.map { Fixtures.object($0)["seq"] as? Int } == [2, 3])
+    }
+
+    @Test func keyFileRefusalsThroughTheBinary() throws {
+        defer { directory.remove() }
+        try initStore()
+        chmod(directory.path("store/ledger.key").path, 0o644)
+        let open = try LedgerBinary.run(["stats", "--store", store])
+        #expect(open.status == 3)
+        #expect(open.stderr.contains("chmod 600"))
+        try FileManager.default.removeItem(at: directory.path("store/ledger.key"))
+        let missing = try LedgerBinary.run(["stats", "--store", store])
+        #expect(missing.status == 3)
+        #expect(missing.stderr.contains("missing"))
+    }
+
+    @Test(arguments: ["init", "submit", "binding", "account", "log", "verify", "rebuild", "stats", "inspect-jws", "bench", "demo"])
+    func everyCommandHasHelp(command: String) throws {
+        let help = try LedgerBinary.run([command, "--help"])
+        #expect(help.status == 0)
+        #expect(help.stdout.contains("Usage: ledger \(command)"))
+    }
+
+    @Test func unknownCommandsAndOptionsAreUsageErrors() throws {
+        let unknown = try LedgerBinary.run(["frobnicate"])
+        #expect(unknown.status == 2)
+        #expect(unknown.stderr.contains("unknown command frobnicate"))
+        let option = try LedgerBinary.run(["verify", "--frob"])
+        #expect(option.status == 2)
+        #expect(option.stderr.contains("unknown option --frob"))
+        let missing = try LedgerBinary.run(["verify", "--store", directory.path("none").path])
+        #expect(missing.status == 3)
+        #expect(missing.stderr.contains("ledger init"))
+    }
+
+    @Test func rebuildReportsNoDifferencesOnAHealthyStore() throws {
+        defer { directory.remove() }
+        try initStore()
+        _ = try submit([["type": "purchase", "account": "a", "transaction": Fixtures.transaction("1", at: t), "at": t]])
+        let rebuild = try LedgerBinary.run(["rebuild", "--store", store])
+        #expect(rebuild.status == 0)
+        #expect((rebuild.json["differences"] as? [Any])?.isEmpty == true)
+        #expect(rebuild.json["records"] as? Int == 4)
+    }
+}
+
+enum LedgerTimeFormat {
+    static func iso(_ ms: Int64) -> String {
+        let formatter = ISO8601DateFormatter()
+        return formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+    }
+}
