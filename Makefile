@@ -1,7 +1,7 @@
 # Set-up and everyday commands. `make demo` and `make test` are the README's two commands.
 SWIFT ?= swift
 
-.PHONY: deps build demo test bench format lint
+.PHONY: deps build demo test bench format lint fuzz coverage
 
 deps:
 	@pkg-config --exists lmdb libcrypto 2>/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev pkg-config; }
@@ -24,3 +24,17 @@ format:
 
 lint:
 	$(SWIFT) format lint --strict --recursive --configuration .swift-format Package.swift Sources Projections Tests
+
+# libFuzzer over the record and event decoders (seconds: FUZZ_SECONDS, default 60).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	mkdir -p .build/fuzz/corpus
+	swiftc -sanitize=fuzzer,address -parse-as-library -O Sources/LedgerCore/*.swift Tests/Fuzz/RecordDecoderFuzzer.swift -o .build/fuzz/record-fuzzer
+	.build/fuzz/record-fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 .build/fuzz/corpus
+
+# Line coverage of the library modules from the test suite.
+coverage: deps
+	$(SWIFT) build -c release --product ledger
+	$(SWIFT) test --enable-code-coverage
+	llvm-cov report .build/debug/OwnershipLedgerPackageTests.xctest -instr-profile=.build/debug/codecov/default.profdata \
+	    -ignore-filename-regex='(Tests|\.build)/' | tail -20

@@ -58,7 +58,11 @@ public struct ByteReader {
 
     public var remaining: Int { buffer.count - offset }
 
-    public mutating func u8() throws(DecodingFailure) -> UInt8 { try take(1)[0] }
+    public mutating func u8() throws(DecodingFailure) -> UInt8 {
+        try ensure(1)
+        defer { offset += 1 }
+        return buffer[offset]
+    }
     public mutating func u16() throws(DecodingFailure) -> UInt16 { try integer() }
     public mutating func u32() throws(DecodingFailure) -> UInt32 { try integer() }
     public mutating func u64() throws(DecodingFailure) -> UInt64 { try integer() }
@@ -83,10 +87,12 @@ public struct ByteReader {
 
     public mutating func string() throws(DecodingFailure) -> String {
         let start = offset
-        let data = try bytes()
-        guard let text = String(validating: data, as: UTF8.self) else {
+        let count = Int(try u32())
+        try ensure(count)
+        guard let text = String(validating: buffer[offset..<offset + count], as: UTF8.self) else {
             throw DecodingFailure("invalid UTF-8 in string at offset \(start)")
         }
+        offset += count
         return text
     }
 
@@ -104,18 +110,23 @@ public struct ByteReader {
     }
 
     private mutating func take(_ count: Int) throws(DecodingFailure) -> [UInt8] {
-        guard count >= 0, count <= remaining else {
-            throw DecodingFailure("truncated: needed \(count) bytes at offset \(offset), \(remaining) left")
-        }
+        try ensure(count)
         defer { offset += count }
         return Array(buffer[offset..<offset + count])
     }
 
+    private func ensure(_ count: Int) throws(DecodingFailure) {
+        guard count >= 0, count <= remaining else {
+            throw DecodingFailure("truncated: needed \(count) bytes at offset \(offset), \(remaining) left")
+        }
+    }
+
     private mutating func integer<T: FixedWidthInteger>() throws(DecodingFailure) -> T {
         let size = MemoryLayout<T>.size
-        let slice = try take(size)
+        try ensure(size)
         var value: T = 0
-        for byte in slice { value = value << 8 | T(byte) }
+        for index in offset..<offset + size { value = value << 8 | T(buffer[index]) }
+        offset += size
         return value
     }
 }

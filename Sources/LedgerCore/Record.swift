@@ -73,11 +73,11 @@ public enum RecordCodec {
         return (stored[..<bodyEnd], Digest32(unchecked: Array(stored[bodyEnd...])))
     }
 
-    /// Decodes stored bytes (body ‖ hash). Checks structure, not the hash chain.
+    /// Decodes stored bytes (body ‖ hash) in one pass. Checks structure, not the hash chain.
     public static func decode(_ stored: [UInt8], sequence: UInt64) throws(RecordDecodingError) -> Record {
-        let (body, hash) = try split(stored, sequence: sequence)
         do throws(DecodingFailure) {
-            var r = ByteReader(Array(body))
+            guard stored.count > hashLength else { throw DecodingFailure("truncated: \(stored.count) bytes") }
+            var r = ByteReader(stored)
             let format = try r.u8()
             guard format == formatVersion else { throw DecodingFailure("unknown record format \(format)") }
             let storedSequence = try r.u64()
@@ -91,12 +91,15 @@ public enum RecordCodec {
                 throw DecodingFailure("event schema version \(schemaVersion) is newer than this ledger (\(EventCodec.schemaVersion))")
             }
             let previousHash = try r.digest()
-            let eventBytes = try r.bytes()
-            try r.expectEnd()
-            let event = try EventCodec.decode(eventBytes)
+            let eventLength = Int(try r.u32())
+            guard eventLength == r.remaining - hashLength else {
+                throw DecodingFailure("event length \(eventLength) does not match the \(r.remaining - hashLength) bytes stored")
+            }
+            let event = try EventCodec.decode(from: &r)
+            guard r.remaining == hashLength else { throw DecodingFailure("event ends \(r.remaining - hashLength) bytes early") }
             return Record(
                 sequence: sequence, recordedAt: recordedAt, eventId: eventId, schemaVersion: schemaVersion,
-                previousHash: previousHash, hash: hash, event: event)
+                previousHash: previousHash, hash: try r.digest(), event: event)
         } catch {
             throw RecordDecodingError(sequence: sequence, reason: error.message)
         }

@@ -17,6 +17,10 @@ public enum StoreBenchmark {
         let rawDirectory = directory.appendingPathComponent("raw")
         try fm.createDirectory(at: rawDirectory, withIntermediateDirectories: true)
         let raw = try LMDBEnvironment(path: rawDirectory.path, databaseNames: ["log"], initialMapSize: 1 << 30)
+        let indexedDirectory = directory.appendingPathComponent("raw-indexed")
+        try fm.createDirectory(at: indexedDirectory, withIntermediateDirectories: true)
+        let indexed = try LMDBEnvironment(
+            path: indexedDirectory.path, databaseNames: ["log", "ids", "lineages", "accounts"], initialMapSize: 1 << 30)
 
         let events = try (0..<(singleEvents + batchedEvents)).map { try sampleEvent($0) }
 
@@ -57,6 +61,33 @@ public enum StoreBenchmark {
                 index = end
             }
         }
+        // The same records and the same index entries, written with raw LMDB calls.
+        var entries: [(key: [UInt8], value: [UInt8], id: [UInt8], lineage: [UInt8], accounts: [[UInt8]])] = []
+        for (sequence, bytes) in stored {
+            let record = try RecordCodec.decode(bytes, sequence: sequence)
+            let key = u64Bytes(sequence)
+            entries.append(
+                (
+                    key, bytes, record.eventId.bytes, (record.event.lineage?.digest.bytes ?? []) + key,
+                    Set(record.event.accounts).map { $0.bytes + key }
+                ))
+        }
+        log("raw LMDB with the same index writes")
+        let rawIndexed = try time {
+            var index = singleEvents
+            while index < entries.count {
+                let end = min(index + 1000, entries.count)
+                try indexed.write { txn in
+                    for entry in entries[index..<end] {
+                        try txn.put("log", entry.key, entry.value, flags: MDB_APPEND)
+                        try txn.put("ids", entry.id, entry.key, flags: MDB_NOOVERWRITE)
+                        try txn.put("lineages", entry.lineage, [])
+                        for account in entry.accounts { try txn.put("accounts", account, []) }
+                    }
+                }
+                index = end
+            }
+        }
         log("full-log reads")
         var decoded = 0
         let read = try time {
@@ -86,6 +117,8 @@ public enum StoreBenchmark {
             "batchedAppendsPerSecond": rate(batchedEvents, batched),
             "rawBatchedAppendsPerSecond": rate(batchedEvents, rawBatched),
             "batchedAppendRatio": (rawBatched / batched * 100).rounded() / 100,
+            "rawIndexedBatchedAppendsPerSecond": rate(batchedEvents, rawIndexed),
+            "batchedAppendRatioSameIndexWrites": (rawIndexed / batched * 100).rounded() / 100,
             "readDecodePerSecond": rate(decoded, read),
             "rawReadPerSecond": rate(total, rawRead),
             "readRatio": (rawRead / read * 100).rounded() / 100,
