@@ -13,8 +13,8 @@ demo: build
 	.build/release/ledger demo
 
 test: deps
-	$(SWIFT) build -c release --product ledger
-	$(SWIFT) test --parallel
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build
 
 bench: build
 	.build/release/ledger bench
@@ -32,9 +32,10 @@ fuzz: deps
 	swiftc -sanitize=fuzzer,address -parse-as-library -O Sources/LedgerCore/*.swift Tests/Fuzz/RecordDecoderFuzzer.swift -o .build/fuzz/record-fuzzer
 	.build/fuzz/record-fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 .build/fuzz/corpus
 
-# Line coverage of the library modules from the test suite.
+# Line coverage of the library modules from the test suite (the toolchain's llvm-cov).
+LLVM_COV ?= $(dir $(shell readlink -f $$(command -v $(SWIFT))))llvm-cov
 coverage: deps
 	$(SWIFT) build -c release --product ledger
 	$(SWIFT) test --enable-code-coverage
-	llvm-cov report .build/debug/OwnershipLedgerPackageTests.xctest -instr-profile=.build/debug/codecov/default.profdata \
+	$(LLVM_COV) report .build/debug/OwnershipLedgerPackageTests.xctest -instr-profile=.build/debug/codecov/default.profdata \
 	    -ignore-filename-regex='(Tests|\.build)/' | tail -20

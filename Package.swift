@@ -30,7 +30,7 @@ let package = Package(
         .testTarget(
             name: "AppleSignedDataTests", dependencies: ["AppleSignedData", "LedgerTestSupport"],
             resources: [.copy("Vectors")]),
-        .testTarget(name: "LedgerCryptoTests", dependencies: ["LedgerCrypto"]),
+        .testTarget(name: "LedgerCryptoTests", dependencies: ["LedgerCrypto", "LedgerTestSupport"]),
         .testTarget(name: "OwnershipLedgerTests", dependencies: ["OwnershipLedger", "LedgerTestSupport"]),
     ]
 )

@@ -1,6 +1,6 @@
 import CLMDB
 public import Foundation
-public import LedgerCore
+import LedgerCore
 import LedgerCrypto
 
 /// Figures measured in one run: the store against raw LMDB calls on the same bytes.

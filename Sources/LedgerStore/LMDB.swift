@@ -75,18 +75,31 @@ final class LMDBEnvironment: @unchecked Sendable {
         defer { lock.unlock() }
         while true {
             let txn = try begin(flags: 0)
+            let result: T
             do {
-                let result = try body(txn)
-                try lmdb(mdb_txn_commit(txn.handle), "mdb_txn_commit")
-                return result
-            } catch let error as LMDBError where error.isMapFull {
-                mdb_txn_abort(txn.handle)
-                try lmdb(mdb_env_set_mapsize(handle, mapSize * 2), "mdb_env_set_mapsize")
+                result = try body(txn)
             } catch {
                 mdb_txn_abort(txn.handle)
+                if let error = error as? LMDBError, error.isMapFull {
+                    try grow()
+                    continue
+                }
                 throw error
             }
+            // mdb_txn_commit frees the transaction whether or not it succeeds: never abort it after.
+            let code = mdb_txn_commit(txn.handle)
+            if code == MDB_MAP_FULL {
+                try grow()
+                continue
+            }
+            try lmdb(code, "mdb_txn_commit")
+            return result
         }
+    }
+
+    /// Doubles the map. Only called with no transaction open in this process.
+    private func grow() throws(LMDBError) {
+        try lmdb(mdb_env_set_mapsize(handle, mapSize * 2), "mdb_env_set_mapsize")
     }
 
     private func begin(flags: UInt32) throws -> LMDBTransaction {

@@ -2,7 +2,7 @@ import CLMDB
 public import Foundation
 public import LedgerCore
 import LedgerCrypto
-public import Projections
+import Projections
 
 /// An event to append: the store assigns its sequence number and hashes.
 public struct PendingEvent: Equatable, Sendable {
@@ -67,6 +67,7 @@ public final class LedgerStore: @unchecked Sendable {
             throw LedgerStoreError.alreadyInitialized(directory: directory.path)
         }
         let keys = try LedgerKeys.create(at: directory.appendingPathComponent(LedgerKeys.fileName))
+        try SigningKey.create(at: directory.appendingPathComponent(SigningKey.fileName))
         let store = try LedgerStore(directory: directory, keys: keys)
         try store.environment.write { txn in
             try txn.put(Database.meta, Meta.formatVersion, u32Bytes(formatVersion))

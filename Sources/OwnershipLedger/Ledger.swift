@@ -1,9 +1,9 @@
 public import AppleSignedData
 public import Foundation
 public import LedgerCore
-import LedgerCrypto
+public import LedgerCrypto
 public import LedgerStore
-public import Projections
+import Projections
 
 /// The ownership ledger: open a store, submit verified facts and get decisions, query bindings and
 /// entitlements, replay and verify history. This is the library's entry point; the `ledger` tool
@@ -14,12 +14,17 @@ public final class Ledger: @unchecked Sendable {
     /// Verifies the Apple signed data this ledger accepts.
     public let verifier: SignedDataVerifier
 
-    /// Creates a ledger in `directory` for the app `configuration` describes.
-    public static func initialize(at directory: URL, configuration: LedgerConfiguration) throws -> Ledger {
+    /// Creates a ledger in `directory` for the app `configuration` describes. `administrator`, when
+    /// given, is enrolled as the first support-roster administrator (see ``enrollFirstAdministrator(_:publicKey:at:)``).
+    public static func initialize(
+        at directory: URL, configuration: LedgerConfiguration, administrator: (id: String, publicKey: Ed25519PublicKey)? = nil
+    ) throws -> Ledger {
         _ = try configuration.verifier()
         let encoded = try JSONEncoder().encode(configuration)
         let store = try LedgerStore.create(at: directory, configuration: [UInt8](encoded))
-        return try Ledger(store: store)
+        let ledger = try Ledger(store: store)
+        if let administrator { try ledger.enrollFirstAdministrator(administrator.id, publicKey: administrator.publicKey) }
+        return ledger
     }
 
     /// Opens the ledger in `directory`.
@@ -55,7 +60,15 @@ public final class Ledger: @unchecked Sendable {
     /// seen before (same notification UUID, same signed transaction from the same account, same
     /// deletion) appends nothing and returns the first decision.
     public func submit(_ submissions: [Submission], at: Timestamp) throws -> [Decision] {
-        try store.write { session in try submissions.map { try decide($0, at: at, in: session) } }
+        try submit(groups: [(submissions, at)])[0]
+    }
+
+    /// Group commit: decides every group in order in one write transaction (one `fsync`), each
+    /// group's submissions at its own time. Later groups see earlier groups' events.
+    public func submit(groups: [(submissions: [Submission], at: Timestamp)]) throws -> [[Decision]] {
+        try store.write { session in
+            try groups.map { group in try group.submissions.map { try decide($0, at: group.at, in: session) } }
+        }
     }
 
     /// Decides one submission (see ``submit(_:at:)``).

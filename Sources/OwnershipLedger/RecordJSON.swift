@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 public import LedgerCore
 
 /// JSON renderings of records for `ledger log`, replays and exports. Accounts appear as pseudonyms

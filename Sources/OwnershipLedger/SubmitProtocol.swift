@@ -1,5 +1,5 @@
-public import AppleSignedData
-public import Foundation
+import AppleSignedData
+import Foundation
 public import LedgerCore
 
 /// The verifier line protocol of `ledger submit` (see `docs/protocol.md`): one JSON object in, one
@@ -26,38 +26,67 @@ public struct SubmitProtocol {
     }
 
     /// Answers one input line with one JSON line.
-    public func respond(to line: String) -> String {
-        var id: Any?
+    public func respond(to line: String) -> String { respond(to: [line])[0] }
+
+    /// Answers each line with one JSON line, in order. Every valid line is decided in one write
+    /// transaction (group commit); an invalid line appends nothing and does not affect the others.
+    public func respond(to lines: [String]) -> [String] {
+        var answers = [JSONObject?](repeating: nil, count: lines.count)
+        var ids = [Any?](repeating: nil, count: lines.count)
+        var accepted: [(line: Int, submissions: [Ledger.Submission], at: Timestamp)] = []
+        for (index, line) in lines.enumerated() {
+            do {
+                let (object, id) = try parseLine(line)
+                ids[index] = id
+                let (submissions, at) = try parse(object)
+                accepted.append((index, submissions, at))
+            } catch {
+                answers[index] = invalid(error)
+            }
+        }
         do {
-            guard line.utf8.count <= Self.maximumLineBytes else {
-                throw ProtocolError("line is longer than \(Self.maximumLineBytes) bytes")
+            let decisions = try ledger.submit(groups: accepted.map { ($0.submissions, $0.at) })
+            for (group, decided) in zip(accepted, decisions) {
+                var response = decided.count == 1 ? render(decided[0]) : summarise(decided)
+                if case .deleteAccount = group.submissions.first { response["appleBillingContinues"] = true }
+                answers[group.line] = response
             }
-            guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
-                throw ProtocolError("line is not a JSON object")
-            }
-            id = object["id"]
-            if let id, !(id is String || id is NSNumber) { throw ProtocolError("id must be a string or a number") }
-            let (submissions, at) = try parse(object)
-            let decisions = try ledger.submit(submissions, at: at)
-            var response = decisions.count == 1 ? render(decisions[0]) : summarise(decisions)
-            if case .deleteAccount = submissions.first { response["appleBillingContinues"] = true }
-            return JSONLine.render(response.merging(id.map { ["id": $0] } ?? [:]) { $1 })
         } catch {
-            var response: JSONObject = ["decision": Outcome.invalid.rawValue]
-            switch error {
-            case let error as ProtocolError:
-                response["code"] = error.code
-                response["message"] = error.message
-            case let error as VerificationError:
-                response["code"] = error.code.rawValue
-                response["message"] = error.message
-            default:
-                response["code"] = "internal"
-                response["message"] = "the ledger could not record this line: \(error)"
-            }
+            for group in accepted { answers[group.line] = invalid(error) }
+        }
+        return zip(answers, ids).map { answer, id in
+            var response = answer ?? invalid(ProtocolError("line was not answered", code: "internal"))
             if let id { response["id"] = id }
             return JSONLine.render(response)
         }
+    }
+
+    private func parseLine(_ line: String) throws -> (object: [String: Any], id: Any?) {
+        guard line.utf8.count <= Self.maximumLineBytes else {
+            throw ProtocolError("line is longer than \(Self.maximumLineBytes) bytes")
+        }
+        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+            throw ProtocolError("line is not a JSON object")
+        }
+        let id = object["id"]
+        if let id, !(id is String || id is NSNumber) { throw ProtocolError("id must be a string or a number") }
+        return (object, id)
+    }
+
+    private func invalid(_ error: any Error) -> JSONObject {
+        var response: JSONObject = ["decision": Outcome.invalid.rawValue]
+        switch error {
+        case let error as ProtocolError:
+            response["code"] = error.code
+            response["message"] = error.message
+        case let error as VerificationError:
+            response["code"] = error.code.rawValue
+            response["message"] = error.message
+        default:
+            response["code"] = "internal"
+            response["message"] = "the ledger could not record this line, nothing was appended: \(error)"
+        }
+        return response
     }
 
     /// The submissions a line asks for and the time of the attempt.

@@ -1,29 +1,107 @@
-public import Foundation
+import Foundation
 public import LedgerCore
 
-/// Parsing and printing of times: ISO-8601 or milliseconds since the epoch.
+/// Parsing and printing of times: ISO-8601 (UTC or with an offset) or milliseconds since the epoch.
+/// Done by hand with the civil-calendar algorithm: fast, allocation-light and identical everywhere.
 public enum LedgerTime {
-    /// Parses `2026-11-29T12:00:00Z`, `2026-11-29T12:00:00.250Z` or `1764417600000`; nil otherwise.
+    static let millisecondsPerDay: Int64 = 86_400_000
+
+    /// Parses `2026-11-29T12:00:00Z`, `2026-11-29T12:00:00.250Z`, `2026-11-29T13:00:00+01:00` or
+    /// `1764417600000`; nil otherwise.
     public static func parse(_ text: String) -> Timestamp? {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         if let ms = Int64(trimmed) { return ms }
-        for options: ISO8601DateFormatter.Options in [[.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime]] {
-            let formatter = ISO8601DateFormatter()
-            formatter.formatOptions = options
-            if let date = formatter.date(from: trimmed) { return Timestamp((date.timeIntervalSince1970 * 1000).rounded()) }
+        let c = Array(trimmed.utf8)
+        func number(_ range: Range<Int>) -> Int64? {
+            guard range.upperBound <= c.count else { return nil }
+            var value: Int64 = 0
+            for index in range {
+                guard (48...57).contains(c[index]) else { return nil }
+                value = value * 10 + Int64(c[index] - 48)
+            }
+            return value
         }
-        return nil
+        guard c.count >= 20, c[4] == 0x2D, c[7] == 0x2D, c[10] == 0x54 || c[10] == 0x74, c[13] == 0x3A, c[16] == 0x3A,
+            let year = number(0..<4), let month = number(5..<7), let day = number(8..<10), let hour = number(11..<13),
+            let minute = number(14..<16), let second = number(17..<19),
+            (1...12).contains(month), (1...daysIn(month: month, year: year)).contains(day), hour < 24, minute < 60, second < 61
+        else { return nil }
+        var index = 19
+        var fraction: Int64 = 0
+        if c[index] == 0x2E {
+            index += 1
+            var digits = 0
+            while index < c.count, (48...57).contains(c[index]) {
+                if digits < 3 { fraction = fraction * 10 + Int64(c[index] - 48) }
+                digits += 1
+                index += 1
+            }
+            guard digits > 0 else { return nil }
+            for _ in digits..<3 where digits < 3 { fraction *= 10 }
+        }
+        var offset: Int64 = 0
+        guard index < c.count else { return nil }
+        switch c[index] {
+        case 0x5A, 0x7A:
+            guard index + 1 == c.count else { return nil }
+        case 0x2B, 0x2D:
+            guard index + 6 == c.count, c[index + 3] == 0x3A, let hours = number(index + 1..<index + 3),
+                let minutes = number(index + 4..<index + 6), hours < 24, minutes < 60
+            else { return nil }
+            offset = (hours * 60 + minutes) * 60_000 * (c[index] == 0x2B ? 1 : -1)
+        default:
+            return nil
+        }
+        let days = daysFromCivil(year: year, month: month, day: day)
+        return days * millisecondsPerDay + ((hour * 60 + minute) * 60 + second) * 1000 + fraction - offset
     }
 
-    /// ISO-8601 with milliseconds, UTC.
+    /// ISO-8601 with milliseconds, UTC: `2026-11-29T12:00:00.000Z`.
     public static func format(_ time: Timestamp) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.string(from: Date(timeIntervalSince1970: Double(time) / 1000))
+        let days = time >= 0 ? time / millisecondsPerDay : (time - millisecondsPerDay + 1) / millisecondsPerDay
+        let ms = time - days * millisecondsPerDay
+        let (year, month, day) = civilFromDays(days)
+        func pad(_ value: Int64, _ width: Int) -> String {
+            let digits = String(value)
+            return digits.count >= width ? digits : String(repeating: "0", count: width - digits.count) + digits
+        }
+        let seconds = ms / 1000
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(seconds / 3600, 2)):\(pad(seconds / 60 % 60, 2)):"
+            + "\(pad(seconds % 60, 2)).\(pad(ms % 1000, 3))Z"
     }
 
     /// The ledger clock: the only place outside tests that reads the time.
     public static func now() -> Timestamp { Timestamp((Date().timeIntervalSince1970 * 1000).rounded()) }
+
+    /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+    static func daysFromCivil(year: Int64, month: Int64, day: Int64) -> Int64 {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
+    }
+
+    static func civilFromDays(_ days: Int64) -> (year: Int64, month: Int64, day: Int64) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
+    }
+
+    static func daysIn(month: Int64, year: Int64) -> Int64 {
+        switch month {
+        case 2: return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
+    }
 }
 
 /// A JSON object printed with sorted keys on one line.

@@ -22,9 +22,11 @@ struct SubmitCommand: Subcommand {
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let ledger = try openLedger(arguments)
         let protocolHandler = SubmitProtocol(ledger: ledger, trustDecoded: arguments.flags.contains("trust-decoded"))
-        while let line = readLine(strippingNewline: true) {
-            if line.trimmingCharacters(in: .whitespaces).isEmpty { continue }
-            console.out(protocolHandler.respond(to: line))
+        var input = LineBatches(fileDescriptor: STDIN_FILENO, maximumLineBytes: SubmitProtocol.maximumLineBytes)
+        while let batch = input.next(upTo: 1_000) {
+            let lines = batch.filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty }
+            guard !lines.isEmpty else { continue }
+            console.out(protocolHandler.respond(to: lines).joined(separator: "\n"))
         }
         return .success
     }
@@ -120,5 +122,79 @@ struct InspectJWSCommand: Subcommand {
             console.out(JSONLine.render(["valid": false, "code": error.code.rawValue, "message": error.message]))
             return .verificationFailed
         }
+    }
+}
+
+/// Reads lines from a file descriptor in batches of whatever has already arrived, so a stream of
+/// submissions shares one commit (group commit) while a verifier that sends one line and waits for
+/// its answer is answered at once.
+struct LineBatches {
+    let fileDescriptor: Int32
+    let maximumLineBytes: Int
+    private var buffer: [UInt8] = []
+    private var endOfInput = false
+    /// Set while discarding the rest of an oversized line.
+    private var discarding = false
+
+    init(fileDescriptor: Int32, maximumLineBytes: Int) {
+        self.fileDescriptor = fileDescriptor
+        self.maximumLineBytes = maximumLineBytes
+    }
+
+    /// The next lines (at most `limit`), waiting for at least one; nil at the end of input.
+    mutating func next(upTo limit: Int) -> [String]? {
+        var lines: [String] = []
+        while lines.isEmpty {
+            take(into: &lines, limit: limit)
+            if !lines.isEmpty { break }
+            if endOfInput {
+                guard !buffer.isEmpty else { return nil }
+                lines.append(String(decoding: buffer, as: UTF8.self))
+                buffer.removeAll()
+                break
+            }
+            readChunk()
+        }
+        while lines.count < limit && !endOfInput && inputIsReady() {
+            readChunk()
+            take(into: &lines, limit: limit)
+        }
+        return lines
+    }
+
+    private mutating func take(into lines: inout [String], limit: Int) {
+        var start = 0
+        while lines.count < limit, let newline = buffer[start...].firstIndex(of: 0x0A) {
+            if discarding {
+                discarding = false
+            } else {
+                lines.append(String(decoding: buffer[start..<newline], as: UTF8.self))
+            }
+            start = newline + 1
+        }
+        buffer.removeFirst(start)
+        if buffer.count > maximumLineBytes && !discarding {
+            // Answer the oversized line as invalid (the protocol rejects its length) and skip the rest of it.
+            lines.append(String(repeating: " ", count: maximumLineBytes + 1))
+            buffer.removeAll()
+            discarding = true
+        } else if discarding {
+            buffer.removeAll()
+        }
+    }
+
+    private mutating func readChunk() {
+        var chunk = [UInt8](repeating: 0, count: 1 << 16)
+        let count = chunk.withUnsafeMutableBytes { read(fileDescriptor, $0.baseAddress, $0.count) }
+        if count <= 0 {
+            endOfInput = true
+        } else {
+            buffer.append(contentsOf: chunk[0..<count])
+        }
+    }
+
+    private func inputIsReady() -> Bool {
+        var descriptor = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
+        return poll(&descriptor, 1, 0) > 0
     }
 }

@@ -13,8 +13,10 @@ struct DemoCommand: Subcommand {
         is replaced, any other existing ledger is left alone and the demo refuses) for bundle
         com.myrecipes.app in Sandbox, then runs the contract's scenarios through the same verifier protocol
         as `ledger submit --trust-decoded`: Device A purchase and Device B restore, same-device account
-        switch, deletion with active Apple billing, Family Sharing, duplicate notification delivery. It
-        prints each decision, then verifies the hash chain and every invariant. Afterwards, query the store:
+        switch, deletion with active Apple billing, Family Sharing, duplicate notification delivery, a
+        two-person support recovery after the deletion, and the disputed lineage's replay, explanation and
+        offline-verified dispute bundle. It prints each decision, then verifies the hash chain and every
+        invariant. Afterwards, query the store:
         `ledger account --uid alice`, `ledger binding --original-transaction-id 2000000000000001`, `ledger log`.
         """
     static let options: Set<String> = []
@@ -33,10 +35,11 @@ struct DemoCommand: Subcommand {
         }
         let ledger = try Ledger.initialize(
             at: directory, configuration: LedgerConfiguration(bundleId: "com.myrecipes.app", environment: .sandbox))
-        fm.createFile(atPath: directory.appendingPathComponent(marker).path, contents: Data())
+        _ = fm.createFile(atPath: directory.appendingPathComponent(marker).path, contents: Data())
         let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
         let demo = DemoScript(console: console, submit: submit, ledger: ledger)
         try demo.run()
+        try ForensicsDemo.run(ledger: ledger, directory: directory, console: console)
         let report = try ledger.store.replay()
         console.out("")
         console.out(
@@ -130,5 +133,6 @@ struct DemoScript {
             ["type": "restore", "account": "erin", "transaction": transaction(f, f, at: t, ownership: "FAMILY_SHARED"), "at": t])
         console.out("6. Bad input appends nothing")
         step("a malformed line", ["type": "purchase", "account": "alice", "deviceId": "A-1234"])
+        try supportRecoveryAfterDeletion(originalTransactionId: c, at: t + 32 * Self.day)
     }
 }

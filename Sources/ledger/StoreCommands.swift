@@ -1,6 +1,7 @@
 import AppleSignedData
 import Foundation
 import LedgerCore
+import LedgerCrypto
 import LedgerStore
 import OwnershipLedger
 
@@ -9,15 +10,18 @@ struct InitCommand: Subcommand {
     static let abstract = "Create a ledger: store, key file and the app it accepts signed data for."
     static let usage = """
         Usage: ledger init --bundle-id ID --environment Production|Sandbox [--app-apple-id N]
-                           [--root-certificate FILE]... [--allow-local-testing] [--store DIR]
+                           [--root-certificate FILE]... [--allow-local-testing]
+                           [--admin ID --admin-public-key FILE] [--store DIR]
 
         Creates DIR (default ./ledger-data) holding the LMDB files and ledger.key (mode 0600; back it up:
         without it no lineage or account can be looked up). Signed data is accepted only from the bundle
         and environment given; --app-apple-id is required for Production. The trusted root defaults to
         Apple Root CA - G3; --root-certificate (DER or PEM, repeatable) replaces it (e.g. a test root).
         --allow-local-testing also permits --environment Xcode or LocalTesting (no signatures: development only).
+        --admin enrols the first support-roster administrator with the Ed25519 public key in FILE (from
+        `ledger support keygen`); every later roster change is signed by an administrator (docs/support-recovery.md).
         """
-    static let options: Set<String> = ["bundle-id", "environment", "app-apple-id", "root-certificate"]
+    static let options: Set<String> = ["bundle-id", "environment", "app-apple-id", "root-certificate", "admin", "admin-public-key"]
     static let flags: Set<String> = ["allow-local-testing"]
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
@@ -40,12 +44,20 @@ struct InitCommand: Subcommand {
         } catch {
             throw CLIError.usage(error.message)
         }
-        let ledger = try Ledger.initialize(at: arguments.store, configuration: configuration)
+        var administrator: (id: String, publicKey: Ed25519PublicKey)?
+        if let admin = arguments.value("admin") {
+            guard !admin.isEmpty else { throw CLIError.usage("--admin needs a staff id") }
+            administrator = (admin, try KeyFiles.publicKey(try arguments.required("admin-public-key"), option: "admin-public-key"))
+        } else if arguments.value("admin-public-key") != nil {
+            throw CLIError.usage("--admin-public-key needs --admin ID")
+        }
+        let ledger = try Ledger.initialize(at: arguments.store, configuration: configuration, administrator: administrator)
         console.out(
             JSONLine.render([
                 "store": ledger.store.directory.path, "keyFile": ledger.store.directory.appendingPathComponent(LedgerKeys.fileName).path,
                 "bundleId": bundleId, "environment": environment.rawValue,
                 "trustedRoots": roots.isEmpty ? ["Apple Root CA - G3"] : arguments.values("root-certificate"),
+                "administrator": administrator?.id ?? NSNull(),
             ]))
         return .success
     }
@@ -94,16 +106,22 @@ struct VerifyCommand: Subcommand {
     static let name = "verify"
     static let abstract = "Check the hash chain, every invariant and the persisted read models."
     static let usage = """
-        Usage: ledger verify [--store DIR]
+        Usage: ledger verify [--checkpoint FILE [--public-key KEY]] [--store DIR]
 
         Replays the whole log once: every record's bytes, hash and link; every invariant of
         docs/events.md; and the persisted read models against a fresh replay. Prints a JSON report.
         Exit 0 only when all hold; 1 with the first bad sequence number otherwise.
+        --checkpoint also checks a signed checkpoint (`ledger checkpoint`): its signature (store's signing
+        key, or KEY), the root of its first SIZE records, a consistency proof to today's log, and the
+        projection state hash of a replay of those records (docs/forensics.md).
         """
-    static let options: Set<String> = []
+    static let options: Set<String> = ["checkpoint", "public-key"]
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
-        let store = try LedgerStore(opening: arguments.store)
+        // One LMDB environment per process: with --checkpoint the ledger's own store is used.
+        let ledger = arguments.value("checkpoint") == nil ? nil : try openLedger(arguments)
+        let store = try ledger?.store ?? LedgerStore(opening: arguments.store)
+        let checkpoint = try ledger.flatMap { try CheckpointVerification.run($0, arguments: arguments) }
         let report = try store.replay(progress: Progress.reporter(console: console, label: "verify"))
         var object: JSONObject = [
             "intact": report.isIntact, "verifiedRecords": report.verifiedRecords,
@@ -114,8 +132,13 @@ struct VerifyCommand: Subcommand {
             object["firstBadSeq"] = fault.sequence
             object["chainFault"] = fault.reason
         }
+        if let (checked, verified) = checkpoint {
+            object["checkpoint"] = checked
+            if !verified { object["intact"] = false }
+            if object["firstBadSeq"] == nil, let bad = checked["firstBadSeq"] { object["firstBadSeq"] = bad }
+        }
         console.out(JSONLine.render(object))
-        return report.isIntact ? .success : .verificationFailed
+        return report.isIntact && checkpoint?.1 != false ? .success : .verificationFailed
     }
 }
 

@@ -4,6 +4,8 @@ import LedgerStore
 nonisolated(unsafe) let commands: [any Subcommand.Type] = [
     InitCommand.self, SubmitCommand.self, BindingCommand.self, AccountCommand.self, LogCommand.self, VerifyCommand.self,
     RebuildCommand.self, StatsCommand.self, InspectJWSCommand.self, BenchCommand.self, DemoCommand.self,
+    ReplayCommand.self, ExplainCommand.self, CheckpointCommand.self, SigningKeyCommand.self, DisputeCommand.self,
+    SupportCommand.self, AuditCommand.self,
 ]
 
 func overview() -> String {

@@ -164,3 +164,26 @@ enum RecordFixtures {
         #expect(a != other.keys.lineage(environment: "Production", originalTransactionId: "1000"))
     }
 }
+
+@Suite struct LMDBEnvironmentTests {
+    /// Many small transactions in a tiny map: the map fills both while writing and while
+    /// committing (LMDB frees a transaction whose commit fails; it must not be aborted again).
+    @Test func smallTransactionsGrowATinyMapWithoutLosingAWrite() throws {
+        let directory = TemporaryDirectory("lmdb-grow")
+        defer { directory.remove() }
+        let environment = try LMDBEnvironment(path: directory.url.path, databaseNames: ["a", "b"], initialMapSize: 32 << 10)
+        let start = environment.mapSize
+        for index in 0..<3_000 {
+            try environment.write { txn in
+                try txn.put("a", u64Bytes(UInt64(index)), [UInt8](repeating: UInt8(index & 0xFF), count: 200))
+                try txn.put("b", Array("key-\(index)".utf8), u64Bytes(UInt64(index)))
+            }
+        }
+        #expect(environment.mapSize > start * 8)
+        let (entries, last) = try environment.read { txn in
+            (try txn.statistics("a").entries, try txn.get("b", Array("key-2999".utf8)))
+        }
+        #expect(entries == 3_000)
+        #expect(last == u64Bytes(2_999))
+    }
+}

@@ -107,9 +107,15 @@ public enum LedgerBinary {
     public static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
 
-    /// `LEDGER_BINARY`, else the debug build, else the release build.
+    /// `LEDGER_BINARY`, else the one built beside the running test bundle (so `swift test
+    /// --scratch-path DIR` uses DIR's build), else the package's debug build, else its release build.
     public static var url: URL {
         if let path = ProcessInfo.processInfo.environment["LEDGER_BINARY"] { return URL(fileURLWithPath: path) }
+        if let sibling = Bundle.main.executableURL?.deletingLastPathComponent().appendingPathComponent("ledger"),
+            FileManager.default.isExecutableFile(atPath: sibling.path)
+        {
+            return sibling
+        }
         for configuration in ["debug", "release"] {
             let candidate = packageRoot.appendingPathComponent(".build/\(configuration)/ledger")
             if FileManager.default.isExecutableFile(atPath: candidate.path) { return candidate }
@@ -163,5 +169,20 @@ public enum LedgerBinary {
             try? input.fileHandleForWriting.close()
         }
         return Running(process: process, out: out, err: err)
+    }
+}
+
+/// SplitMix64: a small seeded generator, so a failing seed can be replayed.
+public struct SeededGenerator: RandomNumberGenerator {
+    public var state: UInt64
+
+    public init(state: UInt64) { self.state = state }
+
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }

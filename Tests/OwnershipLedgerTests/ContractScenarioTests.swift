@@ -21,6 +21,7 @@ import Testing
     @discardableResult
     func send(_ object: [String: Any]) -> [String: Any] { Fixtures.object(submit.respond(to: Fixtures.line(object))) }
 
+    @discardableResult
     func purchase(_ uid: String, _ otid: String, at: Int64, type: String = "purchase", tid: String? = nil, ownership: String = "PURCHASED")
         -> [String: Any]
     {

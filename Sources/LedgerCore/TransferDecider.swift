@@ -1,0 +1,386 @@
+/// The support-recovery rules as pure functions: given the state, the step a staff member asks for
+/// and the facts the caller has already established with cryptography (signature checks, the
+/// recomputed plan digest, the lineage's current version), every safeguard's result and the events
+/// to append. Nothing here reads a clock, a key or a file.
+///
+/// A refused transfer step produces exactly one `transferRefused` event; a refused roster change
+/// produces none (it is not authenticated, so it is not recorded).
+public enum TransferDecider {
+    /// One safeguard and whether it holds.
+    public struct Check: Equatable, Sendable {
+        /// A stable kebab-case name (`approver-enrolled`, `plan-not-stale`, …).
+        public var name: String
+        public var passed: Bool
+        /// What was checked, in words; for a failed check, why it failed.
+        public var detail: String
+
+        public init(name: String, passed: Bool, detail: String) {
+            self.name = name
+            self.passed = passed
+            self.detail = detail
+        }
+    }
+
+    /// The result of a step: every check, and the events to append.
+    public struct Outcome: Equatable, Sendable {
+        public var checks: [Check]
+        /// What to append: the step's events when every check holds, otherwise the refusal record
+        /// (transfer steps) or nothing (roster changes).
+        public var events: [LedgerEvent]
+
+        /// True when every check holds.
+        public var accepted: Bool { checks.allSatisfy(\.passed) }
+
+        /// The failed checks' details, joined: the refusal reason.
+        public var refusalReason: String? {
+            let failed = checks.filter { !$0.passed }
+            return failed.isEmpty ? nil : failed.map { "\($0.name): \($0.detail)" }.joined(separator: "; ")
+        }
+    }
+
+    /// What the caller verified about a step's signatures.
+    public struct SignatureFacts: Equatable, Sendable {
+        /// SHA-256 of the recorded plan's canonical bytes equals the recorded plan digest.
+        public var planDigestMatches: Bool
+        /// The operator's signature verifies over the plan digest under the operator's enrolled key.
+        public var requestSignatureValid: Bool
+        /// The approver's signature verifies over the request's plan digest under the approver's enrolled key
+        /// (nil when there is no approval).
+        public var approvalSignatureValid: Bool?
+
+        public init(planDigestMatches: Bool, requestSignatureValid: Bool, approvalSignatureValid: Bool? = nil) {
+            self.planDigestMatches = planDigestMatches
+            self.requestSignatureValid = requestSignatureValid
+            self.approvalSignatureValid = approvalSignatureValid
+        }
+    }
+
+    // MARK: Roster
+
+    /// An administrator enrols `enrolment.staff`. `signatureValid`: the administrator's signature over
+    /// ``StaffEnrolled/signedMessage`` verifies under the administrator's enrolled key.
+    public static func enroll(_ enrolment: StaffEnrolled, signatureValid: Bool, state: LedgerState) -> Outcome {
+        var checks: [Check] = []
+        let admin = enrolment.enrolledBy
+        checks.append(administratorCheck(admin, state: state))
+        checks.append(
+            Check(
+                name: "administrator-signature", passed: signatureValid,
+                detail: signatureValid
+                    ? "the enrolment is signed by \(admin ?? "?")'s enrolled key"
+                    : "the enrolment signature does not verify under \(admin ?? "?")'s enrolled key"))
+        let known = state.staff[enrolment.staff] != nil
+        checks.append(
+            Check(
+                name: "staff-not-enrolled", passed: !known && !enrolment.staff.isEmpty,
+                detail: enrolment.staff.isEmpty
+                    ? "the staff id is empty" : known ? "\(enrolment.staff) is already enrolled; remove them first" : "\(enrolment.staff) is new"))
+        checks.append(
+            Check(
+                name: "roles-given", passed: !enrolment.roles.isEmpty,
+                detail: enrolment.roles.isEmpty ? "no role given" : "roles \(enrolment.roles.names.joined(separator: ","))"))
+        let sharedKey = state.staff.first { $0.value.publicKey == enrolment.publicKey }?.key
+        checks.append(
+            Check(
+                name: "key-unique", passed: sharedKey == nil && enrolment.publicKey.count == 32,
+                detail: sharedKey.map { "the public key is already enrolled for \($0): each person has their own key" }
+                    ?? (enrolment.publicKey.count == 32 ? "the public key is not enrolled for anyone else" : "not a 32-byte Ed25519 key")))
+        let accepted = checks.allSatisfy(\.passed)
+        return Outcome(checks: checks, events: accepted ? [.staffEnrolled(enrolment)] : [])
+    }
+
+    /// An administrator removes `removal.staff`. `signatureValid` as for ``enroll(_:signatureValid:state:)``.
+    public static func remove(_ removal: StaffRemoved, signatureValid: Bool, state: LedgerState) -> Outcome {
+        var checks: [Check] = [administratorCheck(removal.removedBy, state: state)]
+        checks.append(
+            Check(
+                name: "administrator-signature", passed: signatureValid,
+                detail: signatureValid
+                    ? "the removal is signed by \(removal.removedBy)'s enrolled key"
+                    : "the removal signature does not verify under \(removal.removedBy)'s enrolled key"))
+        let member = state.staff[removal.staff]
+        checks.append(
+            Check(
+                name: "staff-enrolled", passed: member != nil,
+                detail: member == nil ? "\(removal.staff) is not enrolled" : "\(removal.staff) is enrolled"))
+        let otherAdministrators = state.staff.filter { $0.key != removal.staff && $0.value.roles.contains(.administrator) }
+        let leavesAdministrator = member?.roles.contains(.administrator) != true || !otherAdministrators.isEmpty
+        checks.append(
+            Check(
+                name: "administrator-remains", passed: leavesAdministrator,
+                detail: leavesAdministrator
+                    ? "the roster keeps an administrator" : "\(removal.staff) is the last administrator; enrol another first"))
+        let accepted = checks.allSatisfy(\.passed)
+        return Outcome(checks: checks, events: accepted ? [.staffRemoved(removal)] : [])
+    }
+
+    private static func administratorCheck(_ admin: StaffID?, state: LedgerState) -> Check {
+        guard let admin else {
+            return Check(name: "administrator-enrolled", passed: false, detail: "no administrator named")
+        }
+        let ok = state.staff[admin]?.roles.contains(.administrator) == true
+        return Check(
+            name: "administrator-enrolled", passed: ok,
+            detail: ok ? "\(admin) is an enrolled administrator" : "\(admin) is not an enrolled roster administrator")
+    }
+
+    // MARK: Transfer steps
+
+    /// An operator opens a transfer. `currentVersion` is the lineage's version now (before the request
+    /// is appended); `facts.approvalSignatureValid` is ignored.
+    public static func request(
+        _ request: TransferRequested, facts: SignatureFacts, currentVersion: UInt64, state: LedgerState
+    ) -> Outcome {
+        let plan = request.plan
+        var checks: [Check] = []
+        let exists = state.transfers[plan.caseId] != nil
+        checks.append(
+            Check(
+                name: "case-new", passed: !exists && !plan.caseId.isEmpty,
+                detail: plan.caseId.isEmpty ? "the case id is empty" : exists ? "case \(plan.caseId) already exists" : "case \(plan.caseId) is new"))
+        for (name, value, label) in [
+            ("target-authenticated", plan.targetAuthentication, "how the target account's owner was authenticated"),
+            ("ownership-corroborated", plan.ownershipEvidence, "corroborating store-ownership evidence"),
+            ("reason-given", plan.reason, "the private case reason"),
+        ] {
+            let given = value.contains { !$0.isWhitespace }
+            checks.append(Check(name: name, passed: given, detail: given ? "\(label) is recorded" : "\(label) is missing"))
+        }
+        checks.append(roleCheck("operator-enrolled", request.requestedBy, role: .operator_, roleName: "operator", state: state))
+        checks.append(
+            Check(
+                name: "operator-signature", passed: facts.planDigestMatches && facts.requestSignatureValid,
+                detail: !facts.planDigestMatches
+                    ? "the plan digest does not match the plan"
+                    : facts.requestSignatureValid
+                        ? "\(request.requestedBy) signed the plan digest with their enrolled key"
+                        : "the signature does not verify under \(request.requestedBy)'s enrolled key"))
+        let binding = state.lineage(plan.lineage).binding
+        let source: PlanSource? =
+            switch binding {
+            case .unbound: nil
+            case .bound(let account): .bound(account)
+            case .tombstoned(let account): .tombstoned(account)
+            }
+        checks.append(
+            Check(
+                name: "lineage-owned", passed: source != nil && source == plan.source,
+                detail: source == nil
+                    ? "the lineage is not bound to any account: there is nothing to recover (the customer can restore directly)"
+                    : source == plan.source ? "the lineage is \(describe(plan.source))" : "the plan's source does not match the lineage's owner"))
+        checks.append(
+            Check(
+                name: "plan-current", passed: currentVersion == plan.lineageVersion,
+                detail: currentVersion == plan.lineageVersion
+                    ? "the plan states the lineage's current version \(currentVersion)"
+                    : "the plan states version \(plan.lineageVersion) but the lineage is at \(currentVersion)"))
+        checks += targetChecks(plan, state: state)
+        let accepted = checks.allSatisfy(\.passed)
+        return Outcome(
+            checks: checks,
+            events: accepted
+                ? [.transferRequested(request)]
+                : [.transferRefused(refusal(plan.caseId, "request", request.requestedBy, checks))])
+    }
+
+    /// A request for a lineage nobody owns: refused, there is nothing to recover.
+    public static func unownedLineage(caseId: String, requestedBy: StaffID) -> Outcome {
+        let checks = [
+            Check(
+                name: "lineage-owned", passed: false,
+                detail: "the lineage is not bound to any account: there is nothing to recover (the customer can restore directly)")
+        ]
+        return Outcome(checks: checks, events: [.transferRefused(refusal(caseId, "request", requestedBy, checks))])
+    }
+
+    /// A different approver signs the request's plan. `facts.approvalSignatureValid`: the approver's
+    /// signature verifies over the request's plan digest under the approver's enrolled key.
+    public static func approve(_ approval: TransferApproved, facts: SignatureFacts, state: LedgerState) -> Outcome {
+        var checks: [Check] = []
+        guard let transfer = state.transfers[approval.caseId] else {
+            checks.append(Check(name: "case-exists", passed: false, detail: "no transfer was requested for case \(approval.caseId)"))
+            return Outcome(checks: checks, events: [.transferRefused(refusal(approval.caseId, "approve", approval.approvedBy, checks))])
+        }
+        checks.append(Check(name: "case-exists", passed: true, detail: "case \(approval.caseId) was requested"))
+        checks.append(
+            Check(
+                name: "case-open", passed: !transfer.applied && transfer.approval == nil,
+                detail: transfer.applied
+                    ? "the transfer was already applied"
+                    : transfer.approval.map { "already approved by \($0.approvedBy)" } ?? "the case awaits approval"))
+        checks += approvalChecks(approval, request: transfer.request, signatureValid: facts.approvalSignatureValid ?? false, state: state)
+        checks.append(
+            Check(
+                name: "request-signature", passed: facts.planDigestMatches && facts.requestSignatureValid,
+                detail: facts.planDigestMatches && facts.requestSignatureValid
+                    ? "the operator's signature over the plan verifies"
+                    : "the request's plan digest or operator signature does not verify"))
+        checks += targetChecks(transfer.request.plan, state: state)
+        let accepted = checks.allSatisfy(\.passed)
+        return Outcome(
+            checks: checks,
+            events: accepted
+                ? [.transferApproved(approval)]
+                : [.transferRefused(refusal(approval.caseId, "approve", approval.approvedBy, checks))])
+    }
+
+    /// Every safeguard of applying case `caseId`, and the events applying it appends: the end of the
+    /// previous account's live entitlement, then `transferApplied`. Never grants.
+    ///
+    /// - Parameters:
+    ///   - appliedBy: who runs the apply; nil for a dry run (the applier checks are left out).
+    ///   - applierKeyMatches: the applier's key is the one enrolled for them.
+    ///   - currentVersion: the lineage's version now; the request itself is one event on the lineage,
+    ///     so an unchanged lineage is at `plan.lineageVersion + 1`.
+    public static func apply(
+        caseId: String, appliedBy: StaffID?, applierKeyMatches: Bool, facts: SignatureFacts, currentVersion: UInt64,
+        state: LedgerState
+    ) -> Outcome {
+        var checks: [Check] = []
+        let staff = appliedBy ?? ""
+        guard let transfer = state.transfers[caseId] else {
+            checks.append(Check(name: "case-exists", passed: false, detail: "no transfer was requested for case \(caseId)"))
+            return Outcome(checks: checks, events: [.transferRefused(refusal(caseId, "apply", staff, checks))])
+        }
+        let request = transfer.request
+        let plan = request.plan
+        checks.append(Check(name: "case-exists", passed: true, detail: "case \(caseId) was requested by \(request.requestedBy)"))
+        checks.append(
+            Check(
+                name: "not-applied", passed: !transfer.applied,
+                detail: transfer.applied ? "the transfer was already applied" : "the transfer has not been applied"))
+        checks.append(roleCheck("operator-enrolled", request.requestedBy, role: .operator_, roleName: "operator", state: state))
+        checks.append(
+            Check(
+                name: "operator-signature", passed: facts.planDigestMatches && facts.requestSignatureValid,
+                detail: !facts.planDigestMatches
+                    ? "the recorded plan digest does not match the plan"
+                    : facts.requestSignatureValid
+                        ? "\(request.requestedBy)'s signature over the plan digest verifies again"
+                        : "\(request.requestedBy)'s signature does not verify under their enrolled key"))
+        if let approval = transfer.approval {
+            checks.append(Check(name: "approved", passed: true, detail: "approved by \(approval.approvedBy)"))
+            checks += approvalChecks(approval, request: request, signatureValid: facts.approvalSignatureValid ?? false, state: state)
+        } else {
+            checks.append(
+                Check(name: "approved", passed: false, detail: "no independent approver has approved this plan"))
+        }
+        checks += targetChecks(plan, state: state)
+        let binding = state.lineage(plan.lineage).binding
+        let sourceHolds: Bool =
+            switch (binding, plan.source) {
+            case (.bound(let a), .bound(let b)), (.tombstoned(let a), .tombstoned(let b)): a == b
+            default: false
+            }
+        let expected = plan.lineageVersion + 1
+        let fresh = currentVersion == expected && sourceHolds
+        checks.append(
+            Check(
+                name: "plan-not-stale", passed: fresh,
+                detail: fresh
+                    ? "the lineage has not changed since the plan was signed"
+                    : "the plan is stale: the lineage changed after it was signed (version \(currentVersion), signed at \(plan.lineageVersion)); open a new case"
+            ))
+        if let appliedBy {
+            let member = state.staff[appliedBy]
+            let authorised = member.map { !$0.roles.isDisjoint(with: [.operator_, .approver]) } ?? false
+            checks.append(
+                Check(
+                    name: "applier-enrolled", passed: authorised,
+                    detail: authorised ? "\(appliedBy) is enrolled support staff" : "\(appliedBy) is not enrolled as an operator or approver"))
+            checks.append(
+                Check(
+                    name: "applier-key", passed: authorised && applierKeyMatches,
+                    detail: applierKeyMatches ? "the key given is \(appliedBy)'s enrolled key" : "the key given is not \(appliedBy)'s enrolled key"))
+        }
+        guard checks.allSatisfy(\.passed) else {
+            return Outcome(checks: checks, events: [.transferRefused(refusal(caseId, "apply", staff, checks))])
+        }
+        return Outcome(checks: checks, events: effects(of: request, appliedBy: staff, state: state))
+    }
+
+    /// The events applying `request` appends: `entitlementEnded(.transferred)` when the previous
+    /// account holds a live entitlement, then `transferApplied`.
+    public static func effects(of request: TransferRequested, appliedBy: StaffID, state: LedgerState) -> [LedgerEvent] {
+        let plan = request.plan
+        var events: [LedgerEvent] = []
+        if let entitlement = state.lineage(plan.lineage).entitlement, entitlement.account == plan.source.account,
+            entitlement.endedBecause == nil
+        {
+            events.append(.entitlementEnded(lineage: plan.lineage, account: plan.source.account, reason: .transferred))
+        }
+        events.append(
+            .transferApplied(
+                TransferApplied(
+                    caseId: plan.caseId, planDigest: request.planDigest, lineage: plan.lineage, source: plan.source,
+                    target: plan.target, appliedBy: appliedBy)))
+        return events
+    }
+
+    // MARK: Shared checks
+
+    private static func roleCheck(_ name: String, _ staff: StaffID, role: StaffRoles, roleName: String, state: LedgerState) -> Check {
+        guard let member = state.staff[staff] else {
+            return Check(name: name, passed: false, detail: "\(staff) is not enrolled (never enrolled, or removed)")
+        }
+        let ok = member.roles.contains(role)
+        return Check(name: name, passed: ok, detail: ok ? "\(staff) is enrolled as \(roleName)" : "\(staff) does not hold the \(roleName) role")
+    }
+
+    private static func approvalChecks(
+        _ approval: TransferApproved, request: TransferRequested, signatureValid: Bool, state: LedgerState
+    ) -> [Check] {
+        var checks = [roleCheck("approver-enrolled", approval.approvedBy, role: .approver, roleName: "approver", state: state)]
+        let samePerson =
+            approval.approvedBy == request.requestedBy
+            || (state.staff[approval.approvedBy].map { $0.publicKey == state.staff[request.requestedBy]?.publicKey } ?? false)
+        checks.append(
+            Check(
+                name: "approver-independent", passed: !samePerson,
+                detail: samePerson
+                    ? "\(approval.approvedBy) requested this transfer: the operator can never approve their own request"
+                    : "\(approval.approvedBy) is not the requester \(request.requestedBy)"))
+        let samePlan = approval.planDigest == request.planDigest
+        checks.append(
+            Check(
+                name: "approval-same-plan", passed: samePlan,
+                detail: samePlan ? "the approval is for the requested plan" : "the approval is for a different plan digest"))
+        checks.append(
+            Check(
+                name: "approver-signature", passed: signatureValid && samePlan,
+                detail: signatureValid
+                    ? "\(approval.approvedBy)'s signature over the plan digest verifies"
+                    : "\(approval.approvedBy)'s signature does not verify over this plan's digest under their enrolled key"))
+        return checks
+    }
+
+    private static func targetChecks(_ plan: TransferPlan, state: LedgerState) -> [Check] {
+        var checks: [Check] = []
+        let staffOwner = state.staff.first { $0.value.ownAccount == plan.target }?.key
+        checks.append(
+            Check(
+                name: "target-not-staff", passed: staffOwner == nil,
+                detail: staffOwner.map { "the target account belongs to staff member \($0)" } ?? "the target is no staff member's own account"))
+        let deleted = state.deletedAccounts.contains(plan.target)
+        let same = plan.source == .bound(plan.target)
+        checks.append(
+            Check(
+                name: "target-eligible", passed: !deleted && !same,
+                detail: deleted
+                    ? "the target account was deleted"
+                    : same ? "the target already owns the lineage" : "the target is a live account other than the owner"))
+        return checks
+    }
+
+    private static func refusal(_ caseId: String, _ step: String, _ staff: StaffID, _ checks: [Check]) -> TransferRefused {
+        let reason = checks.filter { !$0.passed }.map { "\($0.name): \($0.detail)" }.joined(separator: "; ")
+        return TransferRefused(caseId: caseId, step: step, staff: staff, reason: reason)
+    }
+
+    static func describe(_ source: PlanSource) -> String {
+        switch source {
+        case .bound(let account): "bound to \(account)"
+        case .tombstoned(let account): "tombstoned (former owner \(account))"
+        }
+    }
+}

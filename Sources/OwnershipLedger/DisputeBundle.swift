@@ -1,0 +1,208 @@
+public import AppleSignedData
+public import Foundation
+public import LedgerCore
+public import LedgerCrypto
+import LedgerStore
+import Projections
+
+/// A self-contained, offline-verifiable account of one lineage's history: its records (stored bytes
+/// and decoded JSON), an RFC 6962 inclusion proof for each against a checkpoint signed at export, the
+/// checkpoint, and the signing public key. The whole file is canonical JSON (sorted keys, one line)
+/// and is itself signed, so any changed byte fails verification.
+public enum DisputeBundle {
+    public static let format = "ownership-ledger-dispute/v1"
+
+    /// Why a bundle does not verify.
+    public struct Failure: Error, CustomStringConvertible, Sendable {
+        public let message: String
+        public init(_ message: String) { self.message = message }
+        public var description: String { message }
+    }
+
+    /// What a verified bundle proves.
+    public struct Verified: Sendable {
+        public var origin: String
+        public var checkpointSize: UInt64
+        public var lineage: LineageKey
+        public var subject: [String: String]
+        public var records: [Record]
+        public var timeline: [Forensics.Step]
+        public var requestingAccount: AccountID?
+        /// Records proven to exist (by leaf hash and inclusion proof) whose content was withheld.
+        public var withheld: [UInt64]
+    }
+
+    /// Record kinds `withholdPrivate` leaves out: the transfer plan (its private reason, the target's
+    /// authentication and the ownership evidence) and refusals (internal safeguard details).
+    public static func isPrivate(_ event: LedgerEvent) -> Bool {
+        switch event {
+        case .transferRequested, .transferRefused: true
+        default: false
+        }
+    }
+
+    /// Canonical JSON: sorted keys, no insignificant whitespace, slashes unescaped.
+    static func canonical(_ object: Any) throws -> Data {
+        try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+    }
+
+    static func signedBytes(_ body: [String: Any]) throws -> [UInt8] {
+        Array("ownership-ledger/dispute-bundle/v1\n".utf8) + Array(try canonical(body))
+    }
+
+    /// Verifies `data` offline against the trusted `publicKey` and returns what it proves.
+    /// - Complexity: O(bundle size + records × log₂ checkpoint size).
+    public static func verify(_ data: Data, publicKey: Ed25519PublicKey) throws(Failure) -> Verified {
+        do {
+            return try verifyThrowing(data, publicKey: publicKey)
+        } catch let failure as Failure {
+            throw failure
+        } catch {
+            throw Failure("\(error)")
+        }
+    }
+
+    private static func verifyThrowing(_ data: Data, publicKey: Ed25519PublicKey) throws -> Verified {
+        guard let object = try? JSONSerialization.jsonObject(with: data), var bundle = object as? [String: Any] else {
+            throw Failure("not a JSON object")
+        }
+        guard try canonical(bundle) + Data("\n".utf8) == data else {
+            throw Failure("the file is not in canonical form: it was edited after export")
+        }
+        guard bundle["format"] as? String == format else { throw Failure("format is not \(format)") }
+        guard let signatureText = bundle.removeValue(forKey: "bundleSignature") as? String,
+            let signature = Data(base64Encoded: signatureText)
+        else { throw Failure("bundleSignature is missing") }
+        guard let pem = bundle["publicKey"] as? String, let embedded = try? Ed25519PublicKey(pem: pem) else {
+            throw Failure("publicKey is not an Ed25519 PEM key")
+        }
+        guard embedded == publicKey else { throw Failure("the bundle was signed by another key than the one given") }
+        guard let checkpointText = bundle["checkpoint"] as? String else { throw Failure("checkpoint is missing") }
+        let origin: String
+        do {
+            origin = try Checkpoint.parse(checkpointText).checkpoint.origin
+        } catch {
+            throw Failure("checkpoint: \(error)")
+        }
+        let checkpoint: Checkpoint
+        do {
+            checkpoint = try Checkpoint.verify(checkpointText, publicKey: publicKey, keyName: origin)
+        } catch {
+            throw Failure("checkpoint: \(error)")
+        }
+        guard publicKey.isValidSignature(Array(signature), for: try signedBytes(bundle)) else {
+            throw Failure("the bundle signature does not verify")
+        }
+        guard let lineageHex = bundle["lineage"] as? String, let digest = [UInt8](hex: lineageHex).flatMap(Digest32.init) else {
+            throw Failure("lineage is missing")
+        }
+        let lineage = LineageKey(digest)
+        guard let entries = bundle["records"] as? [[String: Any]] else { throw Failure("records are missing") }
+        guard let treeSize = Int(exactly: checkpoint.size) else { throw Failure("checkpoint size \(checkpoint.size) is too large") }
+        var records: [Record] = []
+        var withheld: [UInt64] = []
+        var lastSequence: UInt64 = 0
+        for (position, entry) in entries.enumerated() {
+            let name = "record \(position + 1)"
+            guard let seq = (entry["seq"] as? NSNumber)?.uint64Value, seq >= 1, seq <= checkpoint.size, seq > lastSequence else {
+                throw Failure("\(name): sequence number missing, out of order or outside the checkpoint")
+            }
+            lastSequence = seq
+            let proof = try (entry["inclusionProof"] as? [String] ?? []).map { text -> [UInt8] in
+                guard let bytes = Data(base64Encoded: text) else { throw Failure("record \(seq): inclusion proof is not base64") }
+                return Array(bytes)
+            }
+            if entry["withheld"] != nil {
+                // Only the leaf hash is disclosed: the record is proven to exist at `seq`, its content is not shown.
+                guard let leafText = entry["leafHash"] as? String, let leaf = Data(base64Encoded: leafText).map(Array.init),
+                    MerkleTree.verifyInclusion(
+                        leafHash: leaf, index: Int(seq - 1), treeSize: treeSize, proof: proof, root: checkpoint.rootHash)
+                else { throw Failure("withheld record \(seq): the inclusion proof does not lead to the checkpoint's root") }
+                withheld.append(seq)
+                continue
+            }
+            guard let storedText = entry["stored"] as? String, let stored = Data(base64Encoded: storedText).map(Array.init) else {
+                throw Failure("\(name): stored bytes missing")
+            }
+            let record: Record
+            do {
+                record = try RecordCodec.decode(stored, sequence: seq)
+            } catch {
+                throw Failure("\(name): \(error)")
+            }
+            guard record.sequence == seq else { throw Failure("\(name): sequence \(seq) is not the record's own") }
+            let (body, hash) = try RecordCodec.split(stored, sequence: seq)
+            guard Digest.sha256(record.previousHash.bytes, Array(body)) == hash.bytes else {
+                throw Failure("record \(seq): its hash does not match its bytes")
+            }
+            guard
+                MerkleTree.verifyInclusion(
+                    leafHash: MerkleTree.leafHash(stored), index: Int(seq - 1), treeSize: treeSize, proof: proof,
+                    root: checkpoint.rootHash)
+            else { throw Failure("record \(seq): the inclusion proof does not lead to the checkpoint's root") }
+            guard let decoded = entry["record"] as? [String: Any],
+                try canonical(decoded) == canonical(RecordJSON.render(record))
+            else { throw Failure("record \(seq): the decoded JSON does not match the stored bytes") }
+            guard Forensics.concerns(record.event, lineage: lineage) else {
+                throw Failure("record \(seq) belongs to another lineage")
+            }
+            records.append(record)
+        }
+        var requesting: AccountID?
+        if let requester = bundle["requestingAccount"] as? [String: Any] {
+            guard let hex = requester["account"] as? String, let account = [UInt8](hex: hex).flatMap(AccountID.init) else {
+                throw Failure("requestingAccount is malformed")
+            }
+            requesting = account
+        }
+        return Verified(
+            origin: origin, checkpointSize: checkpoint.size, lineage: lineage,
+            subject: (bundle["subject"] as? [String: String]) ?? [:], records: records,
+            timeline: Forensics.timeline(of: records, lineage: lineage), requestingAccount: requesting, withheld: withheld)
+    }
+}
+
+extension Ledger {
+    /// Exports a dispute bundle for one lineage: a checkpoint of the whole log signed now, and each
+    /// of the lineage's records with its inclusion proof. With `requestingUID` (a live account), the
+    /// bundle names that account's pseudonym and UID so the requester can find themselves in it;
+    /// every other account appears only as a pseudonym. With `withholdPrivate`, support-private records
+    /// (``DisputeBundle/isPrivate(_:)``) appear only as their leaf hash and inclusion proof.
+    public func exportDispute(
+        originalTransactionId: String, environment: AppleEnvironment? = nil, requestingUID: String? = nil, withholdPrivate: Bool = false
+    ) throws -> Data {
+        let (text, checkpoint, leaves) = try makeCheckpoint()
+        let key = try signingKey()
+        let (lineage, records) = try lineageRecords(originalTransactionId: originalTransactionId, environment: environment)
+        let entries: [[String: Any]] = records.filter { $0.record.sequence <= checkpoint.size }.map { entry in
+            let index = Int(entry.record.sequence - 1)
+            let proof = MerkleTree.inclusionProof(index: index, leafHashes: leaves).map { Data($0).base64EncodedString() }
+            if withholdPrivate && DisputeBundle.isPrivate(entry.record.event) {
+                return [
+                    "seq": entry.record.sequence, "withheld": entry.record.event.name,
+                    "leafHash": Data(leaves[index]).base64EncodedString(), "inclusionProof": proof,
+                ]
+            }
+            return [
+                "seq": entry.record.sequence, "stored": Data(entry.stored).base64EncodedString(),
+                "record": RecordJSON.render(entry.record), "inclusionProof": proof,
+            ]
+        }
+        var bundle: [String: Any] = [
+            "format": DisputeBundle.format, "lineage": lineage.description, "checkpoint": text, "publicKey": key.publicKey.pem,
+            "subject": [
+                "originalTransactionId": originalTransactionId, "environment": (environment ?? configuration.environment).rawValue,
+            ],
+            "exportedAt": LedgerTime.format(LedgerTime.now()), "records": entries,
+        ]
+        if let requestingUID {
+            guard let account = try store.read({ try $0.pseudonym(ofUID: requestingUID) }) else {
+                throw DisputeBundle.Failure("no live account has the UID \(requestingUID)")
+            }
+            bundle["requestingAccount"] = ["uid": requestingUID, "account": account.description]
+        }
+        let signature = try key.sign(try DisputeBundle.signedBytes(bundle))
+        bundle["bundleSignature"] = Data(signature).base64EncodedString()
+        return try DisputeBundle.canonical(bundle) + Data("\n".utf8)
+    }
+}

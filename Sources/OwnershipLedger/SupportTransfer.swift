@@ -1,0 +1,381 @@
+public import AppleSignedData
+public import LedgerCore
+public import LedgerCrypto
+import LedgerStore
+public import Projections
+
+/// What a support step did (or, for a dry run, would do).
+public struct SupportOutcome: Sendable {
+    /// `enroll`, `remove`, `request`, `approve`, `dry-run` or `apply`.
+    public var step: String
+    public var caseId: String?
+    /// The plan of the case, when there is one.
+    public var plan: TransferPlan?
+    public var planDigest: Digest32?
+    public var requestedBy: StaffID?
+    public var approvedBy: StaffID?
+    /// The live UID of the plan's source account (nil once deleted) and of its target.
+    public var sourceUID: String?
+    public var targetUID: String?
+    /// Every safeguard and its result.
+    public var checks: [TransferDecider.Check]
+    /// The events appended (for a dry run: none).
+    public var appended: [LedgerEvent]
+    /// Their sequence numbers.
+    public var sequences: [UInt64]
+    /// For a transfer: the events applying it appends (or appended): ending the previous account's
+    /// live entitlement, then the rebinding. Never a grant.
+    public var effects: [LedgerEvent]
+
+    /// Every safeguard holds.
+    public var accepted: Bool { checks.allSatisfy(\.passed) }
+
+    /// Why the step was refused, when it was.
+    public var refusalReason: String? {
+        let failed = checks.filter { !$0.passed }
+        return failed.isEmpty ? nil : failed.map { "\($0.name): \($0.detail)" }.joined(separator: "; ")
+    }
+}
+
+/// A transfer request as the operator enters it.
+public struct TransferRequestInput: Sendable {
+    public var caseId: String
+    /// Private: shown to staff, never to customers.
+    public var reason: String
+    public var originalTransactionId: String
+    /// The ledger's environment when nil.
+    public var environment: AppleEnvironment?
+    /// The replacement account's Firebase UID.
+    public var targetUID: String
+    /// How the target account's owner was authenticated.
+    public var targetAuthentication: String
+    /// Corroborating store-ownership evidence.
+    public var ownershipEvidence: String
+
+    public init(
+        caseId: String, reason: String, originalTransactionId: String, environment: AppleEnvironment? = nil, targetUID: String,
+        targetAuthentication: String, ownershipEvidence: String
+    ) {
+        self.caseId = caseId
+        self.reason = reason
+        self.originalTransactionId = originalTransactionId
+        self.environment = environment
+        self.targetUID = targetUID
+        self.targetAuthentication = targetAuthentication
+        self.ownershipEvidence = ownershipEvidence
+    }
+}
+
+/// A support action refused before anything was recorded (a roster change that does not authenticate).
+public struct SupportRefusal: Error, CustomStringConvertible, Sendable {
+    public var outcome: SupportOutcome
+    public var description: String { "\(outcome.step) refused: \(outcome.refusalReason ?? "unknown")" }
+}
+
+/// One audit entry with its signature checked again against the roster as it was at that point.
+public struct AuditRecord: Sendable {
+    public var entry: AuditEntry
+    /// Who signed (the administrator, operator or approver), for signed support events.
+    public var signer: StaffID?
+    /// `valid`, `invalid`, `unsigned-first-administrator` (set by `init`), or nil for unsigned entries.
+    public var signature: String?
+}
+
+extension Ledger {
+    // MARK: Roster
+
+    /// Enrols the first roster administrator (what `ledger init --admin` does). Refused once the roster
+    /// has anyone in it: every later change is signed by an administrator.
+    public func enrollFirstAdministrator(_ staff: StaffID, publicKey: Ed25519PublicKey, at: Timestamp = LedgerTime.now()) throws {
+        try store.write { session in
+            let state = try session.reader.loadState()
+            guard state.staff.isEmpty else {
+                throw SupportRefusal(
+                    outcome: outcome(
+                        "enroll",
+                        checks: [
+                            TransferDecider.Check(
+                                name: "roster-empty", passed: false, detail: "the roster already has members; ask an administrator")
+                        ]))
+            }
+            guard !staff.isEmpty else {
+                throw SupportRefusal(
+                    outcome: outcome("enroll", checks: [TransferDecider.Check(name: "staff-id", passed: false, detail: "empty staff id")]))
+            }
+            let event = LedgerEvent.staffEnrolled(
+                StaffEnrolled(
+                    staff: staff, roles: .administrator, publicKey: publicKey.rawRepresentation, ownAccount: nil, enrolledBy: nil,
+                    signature: []))
+            _ = try commit([event], batch: "enroll|\(staff)", before: state, at: at, session: session)
+        }
+    }
+
+    /// An administrator enrols a staff member; the administrator's key signs the enrolment.
+    /// Throws ``SupportRefusal`` (appending nothing) when a safeguard fails.
+    public func enrollStaff(
+        _ staff: StaffID, roles: StaffRoles, publicKey: Ed25519PublicKey, ownAccountUID: String?, administrator: StaffID,
+        administratorKey: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
+    ) throws -> SupportOutcome {
+        try store.write { session in
+            let ownAccount = try ownAccountUID.map { try session.pseudonym(forUID: $0) }
+            var enrolment = StaffEnrolled(
+                staff: staff, roles: roles, publicKey: publicKey.rawRepresentation, ownAccount: ownAccount,
+                enrolledBy: administrator, signature: [])
+            enrolment.signature = try administratorKey.sign(enrolment.signedMessage)
+            let state = try session.reader.loadState()
+            let valid = Self.verifies(enrolment.signature, enrolment.signedMessage, key: state.staff[administrator]?.publicKey)
+            let decided = TransferDecider.enroll(enrolment, signatureValid: valid, state: state)
+            var result = outcome("enroll", checks: decided.checks)
+            guard decided.accepted else { throw SupportRefusal(outcome: result) }
+            (result.appended, result.sequences) = try commit(decided.events, batch: "enroll|\(staff)", before: state, at: at, session: session)
+            return result
+        }
+    }
+
+    /// An administrator removes a staff member, who can no longer request, approve or apply.
+    public func removeStaff(
+        _ staff: StaffID, administrator: StaffID, administratorKey: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
+    ) throws -> SupportOutcome {
+        try store.write { session in
+            var removal = StaffRemoved(staff: staff, removedBy: administrator, signature: [])
+            removal.signature = try administratorKey.sign(removal.signedMessage)
+            let state = try session.reader.loadState()
+            let valid = Self.verifies(removal.signature, removal.signedMessage, key: state.staff[administrator]?.publicKey)
+            let decided = TransferDecider.remove(removal, signatureValid: valid, state: state)
+            var result = outcome("remove", checks: decided.checks)
+            guard decided.accepted else { throw SupportRefusal(outcome: result) }
+            (result.appended, result.sequences) = try commit(decided.events, batch: "remove|\(staff)", before: state, at: at, session: session)
+            return result
+        }
+    }
+
+    // MARK: Transfer steps
+
+    /// The operator opens a transfer: computes the plan and its digest, signs the digest with `key`,
+    /// and appends `transferRequested`, or only a `transferRefused` record when a safeguard fails.
+    public func requestTransfer(
+        _ input: TransferRequestInput, operator staff: StaffID, key: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
+    ) throws -> SupportOutcome {
+        let lineage = self.lineage(originalTransactionId: input.originalTransactionId, environment: input.environment)
+        return try store.write { session in
+            let target = try session.pseudonym(forUID: input.targetUID)
+            let state = try session.reader.loadState(lineages: [lineage], accounts: [target], cases: [input.caseId])
+            let version = try session.reader.lineageVersion(lineage)
+            let decided: TransferDecider.Outcome
+            var result = outcome("request", caseId: input.caseId, checks: [])
+            result.targetUID = input.targetUID
+            let source: PlanSource? =
+                switch state.lineage(lineage).binding {
+                case .unbound: nil
+                case .bound(let account): .bound(account)
+                case .tombstoned(let account): .tombstoned(account)
+                }
+            if let source {
+                let plan = TransferPlan(
+                    caseId: input.caseId, lineage: lineage, source: source, target: target, lineageVersion: version,
+                    targetAuthentication: input.targetAuthentication, ownershipEvidence: input.ownershipEvidence, reason: input.reason)
+                let digest = Self.digest(of: plan)
+                let request = TransferRequested(plan: plan, planDigest: digest, requestedBy: staff, signature: try key.sign(digest.bytes))
+                let valid = Self.verifies(request.signature, digest.bytes, key: state.staff[staff]?.publicKey)
+                decided = TransferDecider.request(
+                    request, facts: .init(planDigestMatches: true, requestSignatureValid: valid), currentVersion: version, state: state)
+                result.plan = plan
+                result.planDigest = digest
+                result.requestedBy = staff
+                result.sourceUID = try session.reader.uid(of: source.account)
+            } else {
+                decided = TransferDecider.unownedLineage(caseId: input.caseId, requestedBy: staff)
+            }
+            result.checks = decided.checks
+            (result.appended, result.sequences) = try commit(
+                decided.events, batch: "request|\(input.caseId)|\(staff)", before: state, at: at, session: session)
+            return result
+        }
+    }
+
+    /// A different approver signs the requested plan's digest with `key`; appends `transferApproved`,
+    /// or only a `transferRefused` record.
+    public func approveTransfer(
+        caseId: String, approver staff: StaffID, key: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
+    ) throws -> SupportOutcome {
+        try store.write { session in
+            let state = try loadCase(caseId, reader: session.reader)
+            var result = try describe(caseId, state: state, reader: session.reader, step: "approve")
+            let digest = state.transfers[caseId]?.request.planDigest ?? .zero
+            let approval = TransferApproved(caseId: caseId, planDigest: digest, approvedBy: staff, signature: try key.sign(digest.bytes))
+            var facts = Self.signatureFacts(state.transfers[caseId], state: state)
+            facts.approvalSignatureValid = Self.verifies(approval.signature, digest.bytes, key: state.staff[staff]?.publicKey)
+            let decided = TransferDecider.approve(approval, facts: facts, state: state)
+            result.checks = decided.checks
+            result.approvedBy = staff
+            (result.appended, result.sequences) = try commit(
+                decided.events, batch: "approve|\(caseId)|\(staff)", before: state, at: at, session: session)
+            return result
+        }
+    }
+
+    /// The dry run of case `caseId`: the plan, who requested and approved it, every safeguard, and what
+    /// applying it would change. Appends nothing.
+    public func reviewTransfer(caseId: String) throws -> SupportOutcome {
+        try store.read { reader in
+            let state = try loadCase(caseId, reader: reader)
+            var result = try describe(caseId, state: state, reader: reader, step: "dry-run")
+            let version = try result.plan.map { try reader.lineageVersion($0.lineage) } ?? 0
+            let decided = TransferDecider.apply(
+                caseId: caseId, appliedBy: nil, applierKeyMatches: false,
+                facts: Self.signatureFacts(state.transfers[caseId], state: state), currentVersion: version, state: state)
+            result.checks = decided.checks
+            return result
+        }
+    }
+
+    /// Applies case `caseId` after checking every safeguard again, in one write transaction: ends the
+    /// previous account's live entitlement, rebinds the lineage to the target and appends
+    /// `transferApplied`. Never grants: the target must restore. A refusal appends only a
+    /// `transferRefused` record.
+    public func applyTransfer(
+        caseId: String, staff: StaffID, key: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
+    ) throws -> SupportOutcome {
+        try store.write { session in
+            let state = try loadCase(caseId, reader: session.reader)
+            var result = try describe(caseId, state: state, reader: session.reader, step: "apply")
+            let version = try result.plan.map { try session.reader.lineageVersion($0.lineage) } ?? 0
+            let decided = TransferDecider.apply(
+                caseId: caseId, appliedBy: staff, applierKeyMatches: state.staff[staff]?.publicKey == key.publicKey.rawRepresentation,
+                facts: Self.signatureFacts(state.transfers[caseId], state: state), currentVersion: version, state: state)
+            result.checks = decided.checks
+            result.effects = decided.accepted ? decided.events : []
+            (result.appended, result.sequences) = try commit(
+                decided.events, batch: "apply|\(caseId)|\(staff)", before: state, at: at, session: session)
+            return result
+        }
+    }
+
+    // MARK: Audit
+
+    /// The trusted audit trail (denials, deletions, Family Sharing rejections, roster changes and every
+    /// transfer step), optionally only for case `caseId` or the lineage of `originalTransactionId`, with
+    /// every signature checked again against the roster as it stood at that record.
+    /// - Complexity: O(records).
+    public func audit(caseId: String? = nil, originalTransactionId: String? = nil, environment: AppleEnvironment? = nil) throws
+        -> [AuditRecord]
+    {
+        let lineage = originalTransactionId.map { self.lineage(originalTransactionId: $0, environment: environment) }
+        var state = LedgerState()
+        var trail: [AuditEntry] = []
+        var records: [AuditRecord] = []
+        var caseLineages: [String: LineageKey] = [:]
+        try store.read { session in
+            try session.forEachRecord { record in
+                var signer: StaffID?
+                var signature: String?
+                func check(_ valid: Bool) { signature = valid ? "valid" : "invalid" }
+                switch record.event {
+                case .staffEnrolled(let e):
+                    signer = e.enrolledBy
+                    if let admin = e.enrolledBy {
+                        check(Self.verifies(e.signature, e.signedMessage, key: state.staff[admin]?.publicKey))
+                    } else {
+                        signature = "unsigned-first-administrator"
+                    }
+                case .staffRemoved(let e):
+                    signer = e.removedBy
+                    check(Self.verifies(e.signature, e.signedMessage, key: state.staff[e.removedBy]?.publicKey))
+                case .transferRequested(let e):
+                    signer = e.requestedBy
+                    caseLineages[e.plan.caseId] = e.plan.lineage
+                    check(
+                        Self.digest(of: e.plan) == e.planDigest
+                            && Self.verifies(e.signature, e.planDigest.bytes, key: state.staff[e.requestedBy]?.publicKey))
+                case .transferApproved(let e):
+                    signer = e.approvedBy
+                    let requested = state.transfers[e.caseId]?.request.planDigest
+                    check(
+                        requested == e.planDigest && Self.verifies(e.signature, e.planDigest.bytes, key: state.staff[e.approvedBy]?.publicKey))
+                default:
+                    break
+                }
+                let before = trail.count
+                AuditTrail.evolve(&trail, record)
+                StateProjection.evolve(&state, record.event)
+                for entry in trail[before...] {
+                    records.append(AuditRecord(entry: entry, signer: signer, signature: signature))
+                }
+                return true
+            }
+        }
+        return records.filter { record in
+            if let caseId, record.entry.caseId != caseId { return false }
+            if let lineage {
+                let entryLineage = record.entry.lineage ?? record.entry.caseId.flatMap { caseLineages[$0] }
+                if entryLineage != lineage { return false }
+            }
+            return true
+        }
+    }
+
+    // MARK: Helpers
+
+    /// SHA-256 of the plan's canonical bytes.
+    public static func digest(of plan: TransferPlan) -> Digest32 {
+        Digest32(Digest.sha256(plan.canonicalBytes)) ?? .zero
+    }
+
+    static func verifies(_ signature: [UInt8], _ message: [UInt8], key: [UInt8]?) -> Bool {
+        guard let key, let publicKey = try? Ed25519PublicKey(rawRepresentation: key) else { return false }
+        return publicKey.isValidSignature(signature, for: message)
+    }
+
+    /// The recorded signatures of a case checked again against the current roster.
+    static func signatureFacts(_ transfer: TransferCase?, state: LedgerState) -> TransferDecider.SignatureFacts {
+        guard let transfer else { return TransferDecider.SignatureFacts(planDigestMatches: false, requestSignatureValid: false) }
+        let request = transfer.request
+        let digest = request.planDigest.bytes
+        return TransferDecider.SignatureFacts(
+            planDigestMatches: Self.digest(of: request.plan) == request.planDigest,
+            requestSignatureValid: verifies(request.signature, digest, key: state.staff[request.requestedBy]?.publicKey),
+            approvalSignatureValid: transfer.approval.map { verifies($0.signature, digest, key: state.staff[$0.approvedBy]?.publicKey) })
+    }
+
+    /// The case, its lineage and the accounts the transfer touches.
+    private func loadCase(_ caseId: String, reader: ReadSession) throws -> LedgerState {
+        let state = try reader.loadState(cases: [caseId])
+        guard let plan = state.transfers[caseId]?.request.plan else { return state }
+        return try reader.loadState(lineages: [plan.lineage], accounts: [plan.source.account, plan.target], cases: [caseId])
+    }
+
+    private func describe(_ caseId: String, state: LedgerState, reader: ReadSession, step: String) throws -> SupportOutcome {
+        var result = outcome(step, caseId: caseId, checks: [])
+        guard let transfer = state.transfers[caseId] else { return result }
+        let plan = transfer.request.plan
+        result.plan = plan
+        result.planDigest = transfer.request.planDigest
+        result.requestedBy = transfer.request.requestedBy
+        result.approvedBy = transfer.approval?.approvedBy
+        result.sourceUID = try reader.uid(of: plan.source.account)
+        result.targetUID = try reader.uid(of: plan.target)
+        result.effects = TransferDecider.effects(of: transfer.request, appliedBy: "", state: state)
+        return result
+    }
+
+    private func outcome(_ step: String, caseId: String? = nil, checks: [TransferDecider.Check]) -> SupportOutcome {
+        SupportOutcome(
+            step: step, caseId: caseId, plan: nil, planDigest: nil, requestedBy: nil, approvedBy: nil, sourceUID: nil, targetUID: nil,
+            checks: checks, appended: [], sequences: [], effects: [])
+    }
+
+    /// Appends `events` (ids derived from the step and the head, so each step is its own batch) and
+    /// saves the read models they change.
+    private func commit(_ events: [LedgerEvent], batch: String, before: LedgerState, at: Timestamp, session: WriteSession) throws
+        -> ([LedgerEvent], [UInt64])
+    {
+        guard !events.isEmpty else { return ([], []) }
+        let head = try session.reader.head().sequence
+        let pending = events.enumerated().map { index, event in
+            PendingEvent(eventId: store.keys.eventId(batch: "support|\(batch)|after \(head)", index: index), recordedAt: at, event: event)
+        }
+        let result = try session.append(pending)
+        try session.saveState(from: before, to: StateProjection.fold(events, into: before))
+        return (events, result.sequences)
+    }
+}

@@ -1,0 +1,506 @@
+import Foundation
+import LedgerCore
+import LedgerCrypto
+import LedgerStore
+import LedgerTestSupport
+import OwnershipLedger
+import Projections
+import Testing
+
+@Suite struct ForensicsTests {
+    let directory = TemporaryDirectory("ledger-forensics")
+    var store: String { directory.path("store").path }
+    let t = Fixtures.start
+    let day = Fixtures.day
+    let hour: Int64 = 3_600_000
+
+    func ledger(_ arguments: [String], stdin: String = "") throws -> LedgerBinary.Result {
+        try LedgerBinary.run(arguments + ["--store", store], stdin: stdin)
+    }
+
+    func initStore() throws {
+        let result = try ledger(["init", "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"])
+        #expect(result.status == 0, "\(result.stderr)")
+    }
+
+    @discardableResult
+    func submit(_ lines: [[String: Any]]) throws -> [[String: Any]] {
+        let result = try ledger(["submit", "--trust-decoded"], stdin: lines.map(Fixtures.line).joined(separator: "\n") + "\n")
+        #expect(result.status == 0, "\(result.stderr)")
+        return result.lines.map(Fixtures.object)
+    }
+
+    func iso(_ ms: Int64) -> String { LedgerTime.format(ms) }
+
+    /// Purchase by alice (t), denied restore by bob (t+1d), alice deleted (t+2d), denied restore by
+    /// bob on the tombstone (t+3d); carol buys 2001 at t. Sequences: 1-4, 5-6, 7-10 (carol), 11-15, 16-17.
+    func disputedHistory() throws {
+        try initStore()
+        let decisions = try submit([
+            ["type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1001", at: t), "at": t],
+            ["type": "restore", "account": "bob", "transaction": Fixtures.transaction("1001", at: t + day), "at": t + day],
+            ["type": "purchase", "account": "carol", "transaction": Fixtures.transaction("2001", at: t), "at": t + day],
+            ["type": "delete-account", "account": "alice", "at": t + 2 * day],
+            ["type": "restore", "account": "bob", "transaction": Fixtures.transaction("1001", at: t + 3 * day), "at": t + 3 * day],
+        ])
+        #expect(decisions.map { $0["decision"] as? String } == ["granted", "denied", "granted", "recorded", "denied"])
+        #expect(decisions.map { $0["seq"] as? Int } == [4, 6, 10, 15, 17])
+    }
+
+    // MARK: Replay
+
+    @Test func timelineShowsEachDecisionAndTheStateAfterIt() throws {
+        defer { directory.remove() }
+        try disputedHistory()
+        let replay = try ledger(["replay", "--original-transaction-id", "1001"])
+        #expect(replay.status == 0, "\(replay.stderr)")
+        let steps = replay.lines.map(Fixtures.object)
+        #expect(steps.map { $0["seq"] as? Int } == [1, 5, 11, 16])
+        #expect(steps.map { $0["seqs"] as? [Int] ?? [] } == [[1, 2, 3, 4], [5, 6], [11, 12, 13, 14, 15], [16, 17]])
+        #expect(
+            steps.map { $0["event"] as? String } == [
+                "transaction-submitted", "transaction-submitted", "account-deletion-requested", "transaction-submitted",
+            ])
+        #expect(steps.map { $0["decision"] as? String } == ["granted", "denied", "recorded", "denied"])
+        #expect(steps.map { $0["code"] as? String } == ["ok", "permission-denied", "ok", "permission-denied"])
+        #expect(steps.map { $0["binding"] as? String } == ["bound", "bound", "tombstoned", "tombstoned"])
+        #expect(steps.map { $0["entitled"] as? Bool } == [true, true, false, false])
+        #expect(steps.map { $0["time"] as? String } == [iso(t), iso(t + day), iso(t + 2 * day), iso(t + 3 * day)])
+        // The denied restore moved nothing: the owner before and after it is the same pseudonym.
+        let owner = steps[0]["account"] as? String
+        #expect(owner != nil && steps[1]["account"] as? String == owner)
+        #expect(steps[2]["formerAccount"] as? String == owner)
+        #expect((steps[1]["why"] as? String)?.contains("since seq 2") == true)
+        #expect((steps[2]["why"] as? String)?.contains("tombstone (seq 13)") == true)
+        #expect((steps[3]["why"] as? String)?.contains("tombstone at seq 13") == true)
+        #expect(steps[2]["effects"] as? [String] == ["entitlement-ended@12", "lineage-tombstoned@13", "account-deleted@14"])
+        #expect((steps[2]["entitlement"] as? [String: Any])?["ended"] as? String == "account-deleted")
+        // Carol's purchase (seqs 7-10) is another lineage and does not appear.
+        #expect(!steps.contains { ($0["seqs"] as? [Int] ?? []).contains(7) })
+
+        let untilSeq = try ledger(["replay", "--original-transaction-id", "1001", "--until", "6"])
+        #expect(untilSeq.lines.map { Fixtures.object($0)["seq"] as? Int } == [1, 5])
+        let untilTime = try ledger(["replay", "--original-transaction-id", "1001", "--until", iso(t + 2 * day)])
+        #expect(untilTime.lines.map { Fixtures.object($0)["seq"] as? Int } == [1, 5, 11])
+        let before = try ledger(["replay", "--original-transaction-id", "1001", "--until", iso(t - 1)])
+        #expect(before.status == 0 && before.lines.isEmpty)
+        let text = try ledger(["replay", "--original-transaction-id", "1001", "--text"])
+        #expect(text.lines.count == 5)
+        #expect(text.lines.first?.hasPrefix("SEQ") == true)
+        #expect(text.lines[2].hasPrefix("5-6") && text.lines[2].contains("denied"))
+        let bad = try ledger(["replay", "--original-transaction-id", "1001", "--until", "yesterday"])
+        #expect(bad.status == 2)
+    }
+
+    @Test func atBeforeAndAfterEachStep() throws {
+        defer { directory.remove() }
+        try disputedHistory()
+        func binding(_ at: Int64) throws -> [String: Any] {
+            try ledger(["binding", "--original-transaction-id", "1001", "--at", iso(at)]).json
+        }
+        func active(_ uid: String, _ at: Int64) throws -> [Bool] {
+            let entitlements = try ledger(["account", "--uid", uid, "--at", iso(at)]).json["entitlements"] as? [[String: Any]] ?? []
+            return entitlements.map { $0["active"] as? Bool ?? false }
+        }
+        // Before the purchase / after it.
+        #expect(try binding(t - 1)["state"] as? String == "unbound")
+        #expect(try binding(t)["state"] as? String == "bound")
+        // Alice's UID was erased with her account, so the past owner shows as a pseudonym only.
+        #expect(try binding(t)["account"] is NSNull)
+        #expect(try (binding(t)["entitlement"] as? [String: Any])?["active"] as? Bool == true)
+        #expect(try active("alice", t) == [])
+        // Before / after the denied restore: nothing moved.
+        #expect(try binding(t + day - 1)["state"] as? String == "bound")
+        #expect(try binding(t + day)["state"] as? String == "bound")
+        #expect(try active("bob", t + day - 1) == [])
+        #expect(try active("bob", t + day) == [])
+        // Carol (a live account) before / after her purchase.
+        #expect(try active("carol", t + day - 1) == [])
+        #expect(try active("carol", t + day) == [true])
+        // Before / after the deletion.
+        #expect(try binding(t + 2 * day - 1)["state"] as? String == "bound")
+        #expect(try binding(t + 2 * day)["state"] as? String == "tombstoned")
+        #expect(try binding(t + 2 * day)["account"] is NSNull)
+        // Before / after the denied restore on the tombstone.
+        #expect(try binding(t + 3 * day)["state"] as? String == "tombstoned")
+        #expect(try active("bob", t + 3 * day) == [])
+
+        // explain --at tracks the same steps for bob.
+        func verdict(_ uid: String, _ otid: String, _ at: Int64) throws -> String? {
+            try ledger(["explain", "--uid", uid, "--original-transaction-id", otid, "--at", iso(at)]).json["verdict"] as? String
+        }
+        #expect(try verdict("bob", "1001", t - 1) == "never-seen")
+        #expect(try verdict("bob", "1001", t) == "denied")
+        #expect(try verdict("bob", "1001", t + day) == "denied")
+        #expect(try verdict("bob", "1001", t + 2 * day - 1) == "denied")
+        #expect(try verdict("bob", "1001", t + 2 * day) == "tombstoned")
+        #expect(try verdict("bob", "1001", t + 3 * day) == "tombstoned")
+    }
+
+    @Test func explainEntitledDeniedTombstonedExpiredAndNeverSeen() throws {
+        defer { directory.remove() }
+        try disputedHistory()
+        func explain(_ uid: String, _ otid: String, _ at: Int64) throws -> [String: Any] {
+            let result = try ledger(["explain", "--uid", uid, "--original-transaction-id", otid, "--at", iso(at)])
+            #expect(result.status == 0, "\(result.stderr)")
+            return result.json
+        }
+        let entitled = try explain("carol", "2001", t + day + hour)
+        #expect(entitled["verdict"] as? String == "entitled")
+        #expect(entitled["entitled"] as? Bool == true)
+        #expect(entitled["citedSequences"] as? [Int] == [8, 9])
+        #expect((entitled["explanation"] as? String)?.contains("seq 8") == true)
+
+        let denied = try explain("bob", "1001", t + day + hour)
+        #expect(denied["verdict"] as? String == "denied")
+        #expect(denied["entitled"] as? Bool == false)
+        #expect(denied["citedSequences"] as? [Int] == [2, 6])
+        #expect((denied["explanation"] as? String)?.contains("denied at seq 6") == true)
+
+        let tombstoned = try explain("bob", "1001", t + 3 * day + hour)
+        #expect(tombstoned["verdict"] as? String == "tombstoned")
+        #expect(tombstoned["citedSequences"] as? [Int] == [6, 13, 14, 17])
+        // The deleted account's UID is gone from the vault: the explanation says so.
+        let deleted = try explain("alice", "1001", t + 3 * day)
+        #expect(deleted["verdict"] as? String == "tombstoned")
+        #expect((deleted["explanation"] as? String)?.contains("No live account has this UID") == true)
+
+        let expired = try explain("carol", "2001", t + 40 * day)
+        #expect(expired["verdict"] as? String == "expired")
+        #expect(expired["entitled"] as? Bool == false)
+        let never = try explain("carol", "9999", t + day)
+        #expect(never["verdict"] as? String == "never-seen")
+    }
+
+    @Test func explainRevokedAndNotBoundThroughTheLibrary() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+        _ = submit.respond(
+            to: Fixtures.line(["type": "purchase", "account": "dave", "transaction": Fixtures.transaction("4001", at: t), "at": t]))
+        _ = submit.respond(
+            to: Fixtures.line([
+                "type": "notification",
+                "notification": Fixtures.notification(
+                    "REFUND", uuid: "r1", transaction: Fixtures.transaction("4001", at: t, revokedAt: t + day), at: t + day),
+                "at": t + day,
+            ]))
+        _ = submit.respond(
+            to: Fixtures.line([
+                "type": "purchase", "account": "erin", "transaction": Fixtures.transaction("5001", at: t, ownership: "FAMILY_SHARED"), "at": t,
+            ]))
+        let before = try ledger.explain(uid: "dave", originalTransactionId: "4001", at: t + hour)
+        #expect(before.verdict == .entitled)
+        let revoked = try ledger.explain(uid: "dave", originalTransactionId: "4001", at: t + 2 * day)
+        #expect(revoked.verdict == .revoked)
+        #expect(revoked.cited == [2, 6])
+        let family = try ledger.explain(uid: "erin", originalTransactionId: "5001", at: t + hour)
+        #expect(family.verdict == .notBound)
+        #expect(family.text.contains("Family Sharing"))
+    }
+
+    // MARK: Checkpoints
+
+    @Test func checkpointVerifiesAndARewriteBeforeItFailsNamingTheFirstBadRecord() throws {
+        defer { directory.remove() }
+        try initStore()
+        try submit(
+            (0..<6).map { i in
+                var transaction = Fixtures.transaction("70\(i)", at: t)
+                transaction["productId"] = "product-marker-\(i)"
+                return ["type": "purchase", "account": "user\(i)", "transaction": transaction, "at": t]
+            })
+        let checkpointFile = directory.path("checkpoint.txt").path
+        let made = try ledger(["checkpoint", "--out", checkpointFile])
+        #expect(made.status == 0, "\(made.stderr)")
+        #expect(made.json["size"] as? Int == 24)
+        let text = try String(contentsOfFile: checkpointFile, encoding: .utf8)
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        #expect(lines[0].hasPrefix("ownership-ledger/") && lines[0].count == "ownership-ledger/".count + 8)
+        #expect(lines[1] == "24")
+        #expect(lines[3].hasPrefix("projection state v\(StateProjection.version) "))
+        #expect(lines[5].hasPrefix("\u{2014} \(lines[0]) "))
+
+        let fresh = try ledger(["verify", "--checkpoint", checkpointFile])
+        #expect(fresh.status == 0, "\(fresh.stdout)")
+        let freshReport = fresh.json["checkpoint"] as? [String: Any] ?? [:]
+        #expect(freshReport["verified"] as? Bool == true)
+        #expect(freshReport["signatureVerified"] as? Bool == true)
+
+        // The log grows: the checkpoint still verifies, through a consistency proof.
+        try submit([["type": "purchase", "account": "late", "transaction": Fixtures.transaction("799", at: t + day), "at": t + day]])
+        let grown = try ledger(["verify", "--checkpoint", checkpointFile])
+        #expect(grown.status == 0, "\(grown.stdout)")
+        let grownReport = grown.json["checkpoint"] as? [String: Any] ?? [:]
+        #expect(grownReport["logSize"] as? Int == 28)
+        #expect(grownReport["consistent"] as? Bool == true)
+        #expect((grownReport["consistencyProof"] as? [String])?.isEmpty == false)
+        #expect((grownReport["projections"] as? [[String: Any]])?.first?["status"] as? String == "matches")
+
+        // A checkpoint whose text was edited fails its signature.
+        let forged = directory.path("forged.txt").path
+        try text.replacingOccurrences(of: "\n24\n", with: "\n23\n").write(toFile: forged, atomically: true, encoding: .utf8)
+        let forgedResult = try ledger(["verify", "--checkpoint", forged])
+        #expect(forgedResult.status == 1)
+        #expect((forgedResult.json["checkpoint"] as? [String: Any])?["signatureVerified"] as? Bool == false)
+
+        // Rewrite record 9 (the third purchase's fact) under LMDB's feet.
+        let dataFile = directory.path("store/data.mdb")
+        var data = try Data(contentsOf: dataFile)
+        try Fixtures.flipEveryOccurrence(of: "product-marker-2", in: &data)
+        try data.write(to: dataFile)
+        let tampered = try ledger(["verify", "--checkpoint", checkpointFile])
+        #expect(tampered.status == 1)
+        #expect(tampered.json["firstBadSeq"] as? Int == 9, "\(tampered.stdout)")
+        let report = tampered.json["checkpoint"] as? [String: Any] ?? [:]
+        #expect(report["verified"] as? Bool == false)
+        #expect(report["rootMatches"] as? Bool == false)
+        #expect(report["firstBadSeq"] as? Int == 9)
+        #expect((report["problems"] as? [String])?.first?.contains("first bad record 9") == true, "\(report)")
+    }
+
+    @Test func aRewriteThatRecomputesTheChainIsStillCaught() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+        for i in 0..<3 {
+            _ = submit.respond(
+                to: Fixtures.line(["type": "purchase", "account": "u\(i)", "transaction": Fixtures.transaction("80\(i)", at: t), "at": t]))
+        }
+        let (text, _, _) = try ledger.makeCheckpoint()
+        // A rewritten history of the same length whose chain is internally consistent: a different log.
+        let (other, otherDirectory) = try Fixtures.ledger()
+        defer { otherDirectory.remove() }
+        let otherSubmit = SubmitProtocol(ledger: other, trustDecoded: true)
+        for i in 0..<3 {
+            _ = otherSubmit.respond(
+                to: Fixtures.line(["type": "purchase", "account": "u\(i)", "transaction": Fixtures.transaction("90\(i)", at: t), "at": t]))
+        }
+        let report = try other.verifyCheckpoint(text, publicKey: try ledger.signingKey().publicKey)
+        #expect(report.signatureVerified)
+        #expect(!report.verified)
+        #expect(report.recomputedRoot != report.rootHash)
+        #expect(report.firstBadSeq == nil)
+        #expect(report.problems.contains { $0.contains("cannot be located") })
+    }
+
+    @Test func aReducerChangeThatRewritesThePastIsDetected() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+        _ = submit.respond(to: Fixtures.line(["type": "purchase", "account": "a", "transaction": Fixtures.transaction("1", at: t), "at": t]))
+        _ = submit.respond(to: Fixtures.line(["type": "delete-account", "account": "a", "at": t + day]))
+        let (text, _, _) = try ledger.makeCheckpoint()
+        #expect(try ledger.verifyCheckpoint(text).verified)
+        // A reducer that forgets tombstones (same version number) rewrites the past.
+        let changed: Forensics.Reducer = { state, event in
+            if case .lineageTombstoned = event { return }
+            StateProjection.evolve(&state, event)
+        }
+        let report = try ledger.verifyCheckpoint(text, reducer: changed)
+        #expect(!report.verified)
+        #expect(report.projections.map(\.status) == ["differs"])
+        #expect(report.problems.contains { $0.contains("projection state v\(StateProjection.version)") })
+    }
+
+    @Test func projectionStateHashesAreIdenticalAcrossTwoRebuilds() throws {
+        defer { directory.remove() }
+        try disputedHistory()
+        let first = try ledger(["checkpoint"])
+        let rebuild = try ledger(["rebuild"])
+        #expect(rebuild.status == 0)
+        let second = try ledger(["checkpoint"])
+        #expect(first.status == 0 && second.status == 0)
+        let stateLine = { (result: LedgerBinary.Result) in result.lines.first { $0.hasPrefix("projection state v") } }
+        #expect(stateLine(first) != nil)
+        #expect(stateLine(first) == stateLine(second))
+        // The same hash from two independent replays through the library, and from the persisted read models.
+        let store = try LedgerStore(opening: directory.path("store"))
+        let a = Forensics.stateHash(try store.replay().state)
+        let b = Forensics.stateHash(try store.rebuildReadModels(repair: true).state)
+        #expect(a == b)
+        let persisted = try store.read { try $0.readModelEntries() }
+        #expect(Forensics.stateHash(entries: persisted) == a)
+        #expect(stateLine(first) == Forensics.stateLine(version: StateProjection.version, hash: a))
+    }
+
+    // MARK: Signing key
+
+    @Test func signingKeyIsCreatedByInitAndLazilyForOlderStores() throws {
+        defer { directory.remove() }
+        try initStore()
+        let keyFile = directory.path("store/ledger-signing.key").path
+        let attributes = try FileManager.default.attributesOfItem(atPath: keyFile)
+        #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
+        #expect(try String(contentsOfFile: keyFile, encoding: .utf8).hasPrefix("-----BEGIN PRIVATE KEY-----"))
+        let exported = directory.path("pub.pem").path
+        let made = try ledger(["checkpoint", "--public-key-out", exported])
+        #expect(made.status == 0)
+        let printed = try ledger(["signing-key"])
+        #expect(printed.stdout == (try String(contentsOfFile: exported, encoding: .utf8)))
+        #expect(printed.stdout.hasPrefix("-----BEGIN PUBLIC KEY-----"))
+        // A store without the file (made before signing keys existed) gets one on first checkpoint.
+        try FileManager.default.removeItem(atPath: keyFile)
+        let again = try ledger(["checkpoint"])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(FileManager.default.fileExists(atPath: keyFile))
+        chmod(keyFile, 0o644)
+        let refused = try ledger(["checkpoint"])
+        #expect(refused.status == 3)
+        #expect(refused.stderr.contains("chmod 600"))
+    }
+
+    // MARK: Dispute bundles
+
+    @Test func disputeBundleVerifiesOfflineAndFailsAfterAnyByteChange() throws {
+        defer { directory.remove() }
+        try disputedHistory()
+        let bundleFile = directory.path("bundle.json").path
+        let keyFile = directory.path("ledger.pub").path
+        #expect(try ledger(["signing-key", "--out", keyFile]).status == 0)
+        let exported = try ledger(["dispute", "export", "--original-transaction-id", "1001", "--out", bundleFile, "--uid", "bob"])
+        #expect(exported.status == 0, "\(exported.stderr)")
+        #expect(exported.json["records"] as? Int == 13)
+        let data = try Data(contentsOf: URL(fileURLWithPath: bundleFile))
+        let unknown = try ledger(["dispute", "export", "--original-transaction-id", "1001", "--environment", "Production", "--out", bundleFile])
+        #expect(unknown.status == 2)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: bundleFile)) == data)
+        // Pseudonyms only, apart from the requesting account's own UID; no other lineage's records.
+        let text = String(decoding: data, as: UTF8.self)
+        #expect(!text.contains("alice") && !text.contains("carol"))
+        #expect(text.contains("\"uid\":\"bob\""))
+
+        // Offline: the store is gone.
+        try FileManager.default.removeItem(at: directory.path("store"))
+        let verified = try LedgerBinary.run(["dispute", "verify", bundleFile, "--public-key", keyFile])
+        #expect(verified.status == 0, "\(verified.stdout) \(verified.stderr)")
+        #expect(verified.json["verified"] as? Bool == true)
+        #expect(verified.json["records"] as? Int == 13)
+        let steps = verified.lines.dropLast().map(Fixtures.object)
+        #expect(steps.map { $0["decision"] as? String } == ["granted", "denied", "recorded", "denied"])
+        #expect(steps.map { $0["binding"] as? String } == ["bound", "bound", "tombstoned", "tombstoned"])
+        let requesting = verified.json["requestingAccount"] as? String ?? "?"
+        #expect((steps[1]["what"] as? String)?.contains("restore by account \(requesting.prefix(8))") == true)
+
+        let key = try Ed25519PublicKey(pem: try String(contentsOfFile: keyFile, encoding: .utf8))
+        #expect(throws: Never.self) { try DisputeBundle.verify(data, publicKey: key) }
+        // Any changed byte fails: a few hundred positions spread over the file, each flipped two ways.
+        var generator = SystemRandomNumberGenerator()
+        var positions = Set((0..<300).map { _ in Int.random(in: 0..<data.count, using: &generator) })
+        positions.formUnion([0, data.count - 1, data.count / 2])
+        var accepted: [Int] = []
+        for position in positions.sorted() {
+            for mask: UInt8 in [0x01, 0x20] {
+                var changed = data
+                changed[position] ^= mask
+                if (try? DisputeBundle.verify(changed, publicKey: key)) != nil { accepted.append(position) }
+            }
+        }
+        #expect(accepted.isEmpty, "bundles changed at \(accepted) still verified")
+        // Truncated, extended, or checked with another key: fails too.
+        #expect(throws: DisputeBundle.Failure.self) { try DisputeBundle.verify(data.dropLast(2), publicKey: key) }
+        #expect(throws: DisputeBundle.Failure.self) { try DisputeBundle.verify(data + Data(" ".utf8), publicKey: key) }
+        let stranger = try Ed25519PrivateKey.generate().publicKey
+        #expect(throws: DisputeBundle.Failure.self) { try DisputeBundle.verify(data, publicKey: stranger) }
+
+        // Through the binary: a changed byte is exit 1 with a reason.
+        var changed = data
+        changed[data.count / 3] ^= 0x01
+        let changedFile = directory.path("changed.json")
+        try changed.write(to: changedFile)
+        let rejected = try LedgerBinary.run(["dispute", "verify", changedFile.path, "--public-key", keyFile])
+        #expect(rejected.status == 1)
+        #expect(rejected.json["verified"] as? Bool == false)
+        #expect((rejected.json["error"] as? String)?.isEmpty == false)
+    }
+
+    @Test func aBundleWhoseRecordsAreReSignedWithAnotherKeyIsRejected() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+        _ = submit.respond(to: Fixtures.line(["type": "purchase", "account": "a", "transaction": Fixtures.transaction("1", at: t), "at": t]))
+        let data = try ledger.exportDispute(originalTransactionId: "1")
+        let key = try ledger.signingKey().publicKey
+        let verified = try DisputeBundle.verify(data, publicKey: key)
+        #expect(verified.records.map(\.sequence) == [1, 2, 3, 4])
+        #expect(verified.timeline.count == 1)
+        #expect(verified.subject["originalTransactionId"] == "1")
+        // Swapping in another key everywhere does not help a forger without the ledger's private key.
+        let stranger = try Ed25519PrivateKey.generate().publicKey
+        var object = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        object["publicKey"] = stranger.pem
+        let swapped = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) + Data("\n".utf8)
+        #expect(throws: DisputeBundle.Failure.self) { try DisputeBundle.verify(swapped, publicKey: stranger) }
+    }
+
+    // MARK: Transfers
+
+    @Test func transferShowsInTheTimelineAndExplain() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+        _ = submit.respond(
+            to: Fixtures.line(["type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1001", at: t), "at": t]))
+        let admin = try Ed25519PrivateKey.generate()
+        let op = try Ed25519PrivateKey.generate()
+        let approver = try Ed25519PrivateKey.generate()
+        try ledger.enrollFirstAdministrator("root", publicKey: admin.publicKey, at: t)
+        _ = try ledger.enrollStaff(
+            "olivia", roles: .operator_, publicKey: op.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: admin, at: t)
+        _ = try ledger.enrollStaff(
+            "amir", roles: .approver, publicKey: approver.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: admin,
+            at: t)
+        let input = TransferRequestInput(
+            caseId: "case-1", reason: "lost account", originalTransactionId: "1001", targetUID: "alice2",
+            targetAuthentication: "firebase-reauth", ownershipEvidence: "apple-order-lookup")
+        _ = try ledger.requestTransfer(input, operator: "olivia", key: op, at: t + day)
+        _ = try ledger.approveTransfer(caseId: "case-1", approver: "amir", key: approver, at: t + day + hour)
+        let applied = try ledger.applyTransfer(caseId: "case-1", staff: "olivia", key: op, at: t + 2 * day)
+        #expect(applied.accepted, "\(applied.refusalReason ?? "")")
+        _ = submit.respond(
+            to: Fixtures.line([
+                "type": "restore", "account": "alice2", "transaction": Fixtures.transaction("1001", at: t + 3 * day), "at": t + 3 * day,
+            ]))
+
+        let steps = try ledger.replayLineage(originalTransactionId: "1001")
+        #expect(
+            steps.map(\.event) == ["transaction-submitted", "transfer-requested", "transfer-approved", "transfer-applied", "transaction-submitted"])
+        #expect(steps.map(\.entitledAfter) == [true, true, true, false, true])
+        #expect(steps[2].what.contains("approved by amir"))
+        #expect(steps[3].effects.contains { $0.hasPrefix("entitlement-ended@") })
+        #expect(steps[3].why.contains("grants nothing"))
+        #expect(steps[4].decision == .refreshed)
+
+        let old = try ledger.explain(uid: "alice", originalTransactionId: "1001", at: t + 2 * day + hour)
+        #expect(old.verdict == .transferred)
+        #expect(old.cited == [steps[3].sequences.last ?? 0])
+        let moved = try ledger.explain(uid: "alice2", originalTransactionId: "1001", at: t + 2 * day + hour)
+        #expect(moved.verdict == .transferred)
+        let restored = try ledger.explain(uid: "alice2", originalTransactionId: "1001", at: t + 3 * day + hour)
+        #expect(restored.verdict == .entitled)
+
+        // The bundle of a transferred lineage verifies too.
+        let data = try ledger.exportDispute(originalTransactionId: "1001")
+        let verified = try DisputeBundle.verify(data, publicKey: try ledger.signingKey().publicKey)
+        #expect(verified.timeline.map(\.event) == steps.map(\.event))
+        #expect(verified.withheld.isEmpty)
+        #expect(String(decoding: data, as: UTF8.self).contains("lost account"))
+        // For the customer: the plan's private reason and evidence stay out, the record is still proven.
+        let redacted = try ledger.exportDispute(originalTransactionId: "1001", withholdPrivate: true)
+        #expect(!String(decoding: redacted, as: UTF8.self).contains("lost account"))
+        #expect(!String(decoding: redacted, as: UTF8.self).contains("apple-order-lookup"))
+        let proven = try DisputeBundle.verify(redacted, publicKey: try ledger.signingKey().publicKey)
+        #expect(proven.withheld == [steps[1].firstSequence])
+        #expect(proven.timeline.map(\.event) == ["transaction-submitted", "transfer-approved", "transfer-applied", "transaction-submitted"])
+        var tampered = redacted
+        if let range = tampered.range(of: Data("\"leafHash\":\"".utf8)) { tampered[range.upperBound + 2] ^= 0x01 }
+        #expect(throws: DisputeBundle.Failure.self) { try DisputeBundle.verify(tampered, publicKey: try ledger.signingKey().publicKey) }
+    }
+
+    @Test(arguments: ["replay", "explain", "checkpoint", "signing-key", "dispute"])
+    func forensicCommandsHaveHelp(command: String) throws {
+        let help = try LedgerBinary.run([command, "--help"])
+        #expect(help.status == 0)
+        #expect(help.stdout.contains("Usage: ledger \(command)"))
+    }
+}

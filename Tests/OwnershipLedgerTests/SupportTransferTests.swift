@@ -1,0 +1,476 @@
+import Foundation
+import LedgerCore
+import LedgerCrypto
+import LedgerStore
+import LedgerTestSupport
+import OwnershipLedger
+import Testing
+
+/// Support-controlled recovery (issue 5) through the library: roster, request, approval, dry run,
+/// apply, refusals, audit and the invariant checker.
+@Suite struct SupportTransferTests {
+    let ledger: Ledger
+    let directory: TemporaryDirectory
+    let submit: SubmitProtocol
+    let t = Fixtures.start
+    let day = Fixtures.day
+    let root: Ed25519PrivateKey
+    /// Operator.
+    let olivia: Ed25519PrivateKey
+    /// Approver.
+    let adam: Ed25519PrivateKey
+    /// Operator and approver; their own customer account is `pat-personal`.
+    let pat: Ed25519PrivateKey
+
+    init() throws {
+        root = try Ed25519PrivateKey.generate()
+        olivia = try Ed25519PrivateKey.generate()
+        adam = try Ed25519PrivateKey.generate()
+        pat = try Ed25519PrivateKey.generate()
+        directory = TemporaryDirectory("ledger-support")
+        ledger = try Ledger.initialize(
+            at: directory.path("store"), configuration: Fixtures.configuration, administrator: (id: "root", publicKey: root.publicKey))
+        submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+        let at = Fixtures.start - Fixtures.day
+        _ = try ledger.enrollStaff(
+            "olivia", roles: .operator_, publicKey: olivia.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root, at: at)
+        _ = try ledger.enrollStaff(
+            "adam", roles: .approver, publicKey: adam.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root, at: at)
+        _ = try ledger.enrollStaff(
+            "pat", roles: [.operator_, .approver], publicKey: pat.publicKey, ownAccountUID: "pat-personal", administrator: "root",
+            administratorKey: root, at: at)
+    }
+
+    // MARK: Helpers
+
+    @discardableResult
+    func send(_ object: [String: Any]) -> [String: Any] { Fixtures.object(submit.respond(to: Fixtures.line(object))) }
+
+    @discardableResult
+    func purchase(_ uid: String, _ otid: String, at: Int64, type: String = "purchase", tid: String? = nil) -> [String: Any] {
+        send(["type": type, "account": uid, "transaction": Fixtures.transaction(otid, transactionId: tid, at: at), "at": at])
+    }
+
+    func input(_ caseId: String, otid: String = "1001", target: String = "bob") -> TransferRequestInput {
+        TransferRequestInput(
+            caseId: caseId, reason: "customer lost access to the Apple-linked account; ticket 4711", originalTransactionId: otid,
+            targetUID: target, targetAuthentication: "firebase re-auth + email OTP to the address on file",
+            ownershipEvidence: "Apple order id MK7Q2X9P looked up in App Store Connect")
+    }
+
+    func head() throws -> UInt64 { try ledger.store.head().sequence }
+
+    func lastEvent() throws -> LedgerEvent? { try ledger.store.records(from: head()).last?.event }
+
+    func activeProducts(_ uid: String, at: Int64) throws -> [String] {
+        try ledger.account(uid: uid, at: at).entitlements.filter(\.active).map(\.productId)
+    }
+
+    func expectIntact() throws {
+        let report = try ledger.store.replay()
+        #expect(report.chainFault == nil)
+        #expect(report.violations == [])
+        #expect(report.readModelDifferences == [])
+    }
+
+    /// Appends events as they are, bypassing every safeguard, then repairs the read models.
+    func appendRaw(_ events: [LedgerEvent], at: Int64) throws {
+        try ledger.store.append(
+            try events.map { PendingEvent(eventId: Digest32(try Digest.randomBytes(32)) ?? .zero, recordedAt: at, event: $0) })
+        _ = try ledger.store.rebuildReadModels(repair: true)
+    }
+
+    /// alice owns lineage 1001; olivia requests case `caseId` to move it to bob.
+    @discardableResult
+    func requested(_ caseId: String = "C-1") throws -> SupportOutcome {
+        purchase("alice", "1001", at: t)
+        let outcome = try ledger.requestTransfer(input(caseId), operator: "olivia", key: olivia, at: t + day)
+        #expect(outcome.accepted, "\(outcome.refusalReason ?? "")")
+        return outcome
+    }
+
+    /// Expects that applying `caseId` is refused for `check`, appending exactly one refusal record and nothing else.
+    func expectApplyRefused(_ caseId: String, check: String, staff: String = "olivia", key: Ed25519PrivateKey? = nil) throws {
+        let before = try head()
+        let binding = try ledger.binding(originalTransactionId: "1001").binding
+        let outcome = try ledger.applyTransfer(caseId: caseId, staff: staff, key: key ?? olivia, at: t + 3 * day)
+        #expect(!outcome.accepted)
+        #expect(outcome.checks.contains { $0.name == check && !$0.passed }, "\(outcome.refusalReason ?? "accepted")")
+        #expect(try head() == before + 1)
+        guard case .transferRefused(let refusal) = try lastEvent() else {
+            Issue.record("the last event is not a refusal")
+            return
+        }
+        #expect(refusal.caseId == caseId)
+        #expect(refusal.step == "apply")
+        #expect(refusal.reason.contains(check))
+        #expect(try ledger.binding(originalTransactionId: "1001").binding == binding)
+        try expectIntact()
+    }
+
+    // MARK: Dry run and refusals
+
+    @Test func dryRunPrintsEverySafeguardAndAppendsNothing() throws {
+        defer { directory.remove() }
+        let request = try requested()
+        _ = try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day)
+        let before = try head()
+        let review = try ledger.reviewTransfer(caseId: "C-1")
+        #expect(try head() == before)
+        #expect(review.accepted)
+        #expect(review.appended.isEmpty)
+        #expect(review.plan == request.plan)
+        #expect(review.planDigest == request.planDigest)
+        #expect(review.requestedBy == "olivia")
+        #expect(review.approvedBy == "adam")
+        #expect(review.targetUID == "bob")
+        #expect(review.sourceUID == "alice")
+        let names = Set(review.checks.map(\.name))
+        for check in [
+            "operator-enrolled", "operator-signature", "approver-enrolled", "approver-independent", "approver-signature", "plan-not-stale",
+            "target-not-staff",
+        ] {
+            #expect(names.contains(check))
+        }
+        // What would change: the old entitlement ends, the lineage is rebound; nothing is granted.
+        #expect(review.effects.count == 2)
+        #expect(!review.effects.contains { if case .entitlementGranted = $0 { return true } else { return false } })
+        #expect(try activeProducts("alice", at: t + 2 * day) == ["com.myrecipes.premium.monthly"])
+    }
+
+    @Test func applyWithoutApprovalIsRefused() throws {
+        defer { directory.remove() }
+        try requested()
+        try expectApplyRefused("C-1", check: "approved")
+    }
+
+    @Test func selfApprovalIsRefusedEvenForSomeoneHoldingBothRoles() throws {
+        defer { directory.remove() }
+        purchase("alice", "1001", at: t)
+        let request = try ledger.requestTransfer(input("C-2"), operator: "pat", key: pat, at: t + day)
+        #expect(request.accepted)
+        let before = try head()
+        let approval = try ledger.approveTransfer(caseId: "C-2", approver: "pat", key: pat, at: t + 2 * day)
+        #expect(!approval.accepted)
+        #expect(approval.checks.first { $0.name == "approver-independent" }?.passed == false)
+        #expect(approval.checks.first { $0.name == "approver-enrolled" }?.passed == true)
+        #expect(try head() == before + 1)
+        guard case .transferRefused(let refusal) = try lastEvent() else {
+            Issue.record("no refusal recorded")
+            return
+        }
+        #expect(refusal.step == "approve")
+        #expect(refusal.reason.contains("can never approve their own request"))
+        try expectApplyRefused("C-2", check: "approved", staff: "pat", key: pat)
+        // A self-approval written straight into the log is refused at apply, and flagged by the checker.
+        let digest = try #require(request.planDigest)
+        try appendRaw(
+            [.transferApproved(TransferApproved(caseId: "C-2", planDigest: digest, approvedBy: "pat", signature: try pat.sign(digest.bytes)))],
+            at: t + 2 * day)
+        let before2 = try head()
+        let outcome = try ledger.applyTransfer(caseId: "C-2", staff: "pat", key: pat, at: t + 3 * day)
+        #expect(!outcome.accepted)
+        #expect(outcome.checks.first { $0.name == "approver-independent" }?.passed == false)
+        #expect(try head() == before2 + 1)
+    }
+
+    @Test func unenrolledApproverIsRefused() throws {
+        defer { directory.remove() }
+        let request = try requested()
+        let mallory = try Ed25519PrivateKey.generate()
+        let approval = try ledger.approveTransfer(caseId: "C-1", approver: "mallory", key: mallory, at: t + 2 * day)
+        #expect(!approval.accepted)
+        #expect(approval.checks.first { $0.name == "approver-enrolled" }?.passed == false)
+        let digest = try #require(request.planDigest)
+        try appendRaw(
+            [
+                .transferApproved(
+                    TransferApproved(caseId: "C-1", planDigest: digest, approvedBy: "mallory", signature: try mallory.sign(digest.bytes)))
+            ], at: t + 2 * day)
+        try expectApplyRefused("C-1", check: "approver-enrolled")
+    }
+
+    @Test func removedApproverCanNeitherApproveNorApply() throws {
+        defer { directory.remove() }
+        try requested()
+        #expect(try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
+        _ = try ledger.removeStaff("adam", administrator: "root", administratorKey: root, at: t + 2 * day)
+        try expectApplyRefused("C-1", check: "approver-enrolled")
+        try expectApplyRefused("C-1", check: "applier-enrolled", staff: "adam", key: adam)
+        // A removed approver cannot approve another case either.
+        purchase("dave", "1002", at: t)
+        _ = try ledger.requestTransfer(input("C-9", otid: "1002", target: "erin"), operator: "olivia", key: olivia, at: t + 3 * day)
+        let again = try ledger.approveTransfer(caseId: "C-9", approver: "adam", key: adam, at: t + 3 * day)
+        #expect(again.checks.first { $0.name == "approver-enrolled" }?.passed == false)
+    }
+
+    @Test func badOrWrongPlanSignaturesAreRefused() throws {
+        defer { directory.remove() }
+        let request = try requested()
+        let digest = try #require(request.planDigest)
+        // A key that is not adam's enrolled key is refused at approval.
+        let stolen = try Ed25519PrivateKey.generate()
+        let approval = try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: stolen, at: t + 2 * day)
+        #expect(approval.checks.first { $0.name == "approver-signature" }?.passed == false)
+        // Garbage signature bytes.
+        try appendRaw(
+            [.transferApproved(TransferApproved(caseId: "C-1", planDigest: digest, approvedBy: "adam", signature: [UInt8](repeating: 7, count: 64)))],
+            at: t + 2 * day)
+        try expectApplyRefused("C-1", check: "approver-signature")
+        // adam's genuine signature, but over another plan's digest.
+        var other = try #require(request.plan)
+        other.target = try #require(AccountID([UInt8](repeating: 9, count: 16)))
+        let otherDigest = Ledger.digest(of: other)
+        try appendRaw(
+            [.transferApproved(TransferApproved(caseId: "C-1", planDigest: digest, approvedBy: "adam", signature: try adam.sign(otherDigest.bytes)))],
+            at: t + 2 * day)
+        try expectApplyRefused("C-1", check: "approver-signature")
+        // An approval that names the other plan's digest.
+        try appendRaw(
+            [
+                .transferApproved(
+                    TransferApproved(caseId: "C-1", planDigest: otherDigest, approvedBy: "adam", signature: try adam.sign(otherDigest.bytes)))
+            ], at: t + 2 * day)
+        try expectApplyRefused("C-1", check: "approval-same-plan")
+        // A forged operator signature on the request is caught again at apply.
+        try appendRaw(
+            [.transferApproved(TransferApproved(caseId: "C-1", planDigest: digest, approvedBy: "adam", signature: try adam.sign(digest.bytes)))],
+            at: t + 2 * day)
+        let forged = TransferRequested(
+            plan: try #require(request.plan), planDigest: digest, requestedBy: "olivia", signature: try stolen.sign(digest.bytes))
+        try appendRaw([.transferRequested(forged)], at: t + 2 * day)
+        try appendRaw(
+            [.transferApproved(TransferApproved(caseId: "C-1", planDigest: digest, approvedBy: "adam", signature: try adam.sign(digest.bytes)))],
+            at: t + 2 * day)
+        try expectApplyRefused("C-1", check: "operator-signature")
+    }
+
+    @Test func stalePlanIsRefused() throws {
+        defer { directory.remove() }
+        try requested()
+        #expect(try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
+        // alice renews after the plan was signed: the lineage changed.
+        purchase("alice", "1001", at: t + 2 * day, type: "renewal", tid: "1001-2")
+        let review = try ledger.reviewTransfer(caseId: "C-1")
+        #expect(review.checks.first { $0.name == "plan-not-stale" }?.passed == false)
+        try expectApplyRefused("C-1", check: "plan-not-stale")
+    }
+
+    @Test func targetCannotBeAStaffMembersOwnAccount() throws {
+        defer { directory.remove() }
+        purchase("alice", "1001", at: t)
+        let before = try head()
+        let outcome = try ledger.requestTransfer(input("C-3", target: "pat-personal"), operator: "olivia", key: olivia, at: t + day)
+        #expect(!outcome.accepted)
+        #expect(outcome.checks.first { $0.name == "target-not-staff" }?.passed == false)
+        #expect(try head() == before + 1)
+        guard case .transferRefused = try lastEvent() else {
+            Issue.record("no refusal recorded")
+            return
+        }
+    }
+
+    @Test func rosterChangesNeedAnEnrolledAdministratorsSignature() throws {
+        defer { directory.remove() }
+        let before = try head()
+        let mallory = try Ed25519PrivateKey.generate()
+        #expect(throws: SupportRefusal.self) {
+            try ledger.enrollStaff(
+                "mallory", roles: .approver, publicKey: mallory.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: mallory)
+        }
+        #expect(throws: SupportRefusal.self) {
+            try ledger.enrollStaff(
+                "mallory", roles: .approver, publicKey: mallory.publicKey, ownAccountUID: nil, administrator: "olivia", administratorKey: olivia)
+        }
+        #expect(throws: SupportRefusal.self) {
+            try ledger.enrollStaff(
+                "olivia2", roles: .approver, publicKey: olivia.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root)
+        }
+        #expect(throws: SupportRefusal.self) { try ledger.removeStaff("root", administrator: "root", administratorKey: root) }
+        #expect(throws: SupportRefusal.self) { try ledger.enrollFirstAdministrator("eve", publicKey: mallory.publicKey) }
+        #expect(try head() == before)
+    }
+
+    // MARK: Recovery
+
+    @Test func recoveryFromALiveAccountEndsTheOldEntitlementAndTheOldRestoreIsDenied() throws {
+        defer { directory.remove() }
+        try requested()
+        #expect(try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
+        let applied = try ledger.applyTransfer(caseId: "C-1", staff: "olivia", key: olivia, at: t + 3 * day)
+        #expect(applied.accepted, "\(applied.refusalReason ?? "")")
+        #expect(applied.appended.count == 2)
+        let lineage = ledger.lineage(originalTransactionId: "1001")
+        let alice = try #require(try ledger.store.read { try $0.pseudonym(ofUID: "alice") })
+        #expect(applied.appended.first == .entitlementEnded(lineage: lineage, account: alice, reason: .transferred))
+        #expect(try ledger.binding(originalTransactionId: "1001").uid == "bob")
+        #expect(try activeProducts("alice", at: t + 4 * day) == [])
+        #expect(try activeProducts("bob", at: t + 4 * day) == [])
+        let oldRestore = purchase("alice", "1001", at: t + 5 * day, type: "restore")
+        #expect(oldRestore["code"] as? String == "permission-denied")
+        #expect(try activeProducts("alice", at: t + 5 * day) == [])
+        #expect(try ledger.binding(originalTransactionId: "1001").uid == "bob")
+        // Applying twice is refused.
+        let twice = try ledger.applyTransfer(caseId: "C-1", staff: "olivia", key: olivia, at: t + 6 * day)
+        #expect(twice.checks.first { $0.name == "not-applied" }?.passed == false)
+        try expectIntact()
+    }
+
+    @Test func recoveryFromADeletionTombstoneRebindsAndNeverGrantsUntilAVerifiedRestore() throws {
+        defer { directory.remove() }
+        purchase("carol", "1001", at: t)
+        send(["type": "delete-account", "account": "carol", "at": t + day])
+        #expect(try ledger.binding(originalTransactionId: "1001").state == "tombstoned")
+        let request = try ledger.requestTransfer(input("C-4", target: "carol2"), operator: "pat", key: pat, at: t + 2 * day)
+        #expect(request.accepted)
+        guard case .tombstoned = request.plan?.source else {
+            Issue.record("the plan does not start from the tombstone")
+            return
+        }
+        #expect(try ledger.approveTransfer(caseId: "C-4", approver: "adam", key: adam, at: t + 2 * day).accepted)
+        let applied = try ledger.applyTransfer(caseId: "C-4", staff: "adam", key: adam, at: t + 3 * day)
+        #expect(applied.accepted, "\(applied.refusalReason ?? "")")
+        #expect(applied.appended.count == 1)
+        let binding = try ledger.binding(originalTransactionId: "1001", at: t + 3 * day)
+        #expect(binding.state == "bound")
+        #expect(binding.uid == "carol2")
+        #expect(binding.entitlement == nil)
+        #expect(try activeProducts("carol2", at: t + 3 * day) == [])
+        // A server notification grants nothing; the verified restore on the target does.
+        let restore = purchase("carol2", "1001", at: t + 4 * day, type: "restore", tid: "1001-4")
+        #expect(restore["decision"] as? String == "granted")
+        #expect(try activeProducts("carol2", at: t + 5 * day) == ["com.myrecipes.premium.monthly"])
+        #expect(purchase("someone-else", "1001", at: t + 5 * day, type: "restore")["code"] as? String == "permission-denied")
+        try expectIntact()
+    }
+
+    // MARK: Audit and invariants
+
+    @Test func auditTrailReplaysToTheSameContentAndEverySignatureVerifies() throws {
+        defer { directory.remove() }
+        try requested()
+        _ = try ledger.approveTransfer(caseId: "C-1", approver: "olivia", key: olivia, at: t + 2 * day)
+        _ = try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day)
+        _ = try ledger.applyTransfer(caseId: "C-1", staff: "olivia", key: olivia, at: t + 3 * day)
+        let trail = try ledger.audit()
+        let kinds = trail.map(\.entry.kind)
+        for kind in ["staff-enrolled", "transfer-requested", "transfer-refused", "transfer-approved", "transfer-applied"] {
+            #expect(kinds.contains(kind))
+        }
+        for record in trail where record.signature != nil {
+            #expect(["valid", "unsigned-first-administrator"].contains(record.signature ?? ""), "\(record.entry)")
+        }
+        #expect(trail.filter { $0.signature == "valid" }.count == 5)  // 3 enrolments, request, approval
+        let reopened = try Ledger(opening: directory.path("store"))
+        #expect(try reopened.audit().map(\.entry) == trail.map(\.entry))
+        #expect(try reopened.audit().map(\.signature) == trail.map(\.signature))
+        let byCase = try ledger.audit(caseId: "C-1")
+        #expect(byCase.map(\.entry.kind) == ["transfer-requested", "transfer-refused", "transfer-approved", "transfer-applied"])
+        #expect(try ledger.audit(originalTransactionId: "1001").map(\.entry.kind).contains("transfer-refused"))
+        #expect(byCase.first?.entry.reason.contains("ticket 4711") == true)
+    }
+
+    @Test func invariantCheckerFlagsAnAppliedTransferWithoutAValidApproval() throws {
+        defer { directory.remove() }
+        let request = try requested()
+        let digest = try #require(request.planDigest)
+        let plan = try #require(request.plan)
+        let alice = plan.source.account
+        try appendRaw(
+            [
+                .entitlementEnded(lineage: plan.lineage, account: alice, reason: .transferred),
+                .transferApplied(
+                    TransferApplied(
+                        caseId: "C-1", planDigest: digest, lineage: plan.lineage, source: plan.source, target: plan.target, appliedBy: "olivia")),
+            ], at: t + 3 * day)
+        let violations = try ledger.store.replay().violations
+        #expect(violations.contains { $0.invariant == 5 && $0.message.contains("approval") })
+    }
+
+    // MARK: The runbook through the binary
+
+    @Test func runbookThroughTheLedgerBinary() throws {
+        defer { directory.remove() }
+        let dir = TemporaryDirectory("ledger-support-cli")
+        defer { dir.remove() }
+        let store = dir.path("store").path
+        func ledger(_ arguments: [String], stdin: String = "") throws -> LedgerBinary.Result {
+            try LedgerBinary.run(arguments + ["--store", store], stdin: stdin)
+        }
+        func key(_ name: String) -> String { dir.path("\(name).key").path }
+        for name in ["root", "olivia", "adam"] {
+            let generated = try LedgerBinary.run(["support", "keygen", "--out", key(name)])
+            #expect(generated.status == 0, "\(generated.stderr)")
+            #expect((generated.json["publicKey"] as? String)?.contains("BEGIN PUBLIC KEY") == true)
+        }
+        let mode = try FileManager.default.attributesOfItem(atPath: key("root"))[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        let initialised = try ledger([
+            "init", "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox", "--admin", "root", "--admin-public-key", key("root") + ".pub",
+        ])
+        #expect(initialised.status == 0, "\(initialised.stderr)")
+        #expect(initialised.json["administrator"] as? String == "root")
+        for (staff, roles) in [("olivia", "operator"), ("adam", "approver")] {
+            let enrolled = try ledger([
+                "support", "enroll", "--staff", staff, "--roles", roles, "--public-key", key(staff) + ".pub", "--admin", "root", "--admin-key",
+                key("root"), "--own-account", "\(staff)-personal",
+            ])
+            #expect(enrolled.status == 0, "\(enrolled.stderr)")
+        }
+        let forged = try ledger([
+            "support", "enroll", "--staff", "eve", "--roles", "approver", "--public-key", key("adam") + ".pub", "--admin", "olivia", "--admin-key",
+            key("olivia"),
+        ])
+        #expect(forged.status == 1)
+        let lines: [[String: Any]] = [
+            ["type": "purchase", "account": "carol", "transaction": Fixtures.transaction("5001", at: t), "at": t],
+            ["type": "delete-account", "account": "carol", "at": t + day],
+        ]
+        #expect(try ledger(["submit", "--trust-decoded"], stdin: lines.map(Fixtures.line).joined(separator: "\n") + "\n").status == 0)
+        let request = try ledger([
+            "support", "request", "--case", "CASE-7", "--reason", "carol deleted her account and signed up again as carol2",
+            "--original-transaction-id", "5001", "--environment", "Sandbox", "--target-account", "carol2", "--target-auth",
+            "firebase re-auth + email OTP", "--evidence", "Apple order id MK7Q2X9P", "--operator", "olivia", "--key", key("olivia"),
+        ])
+        #expect(request.status == 0, "\(request.stderr)")
+        let digest = try #require(request.json["planDigest"] as? String)
+        let selfApproval = try ledger(["support", "approve", "--case", "CASE-7", "--approver", "olivia", "--key", key("olivia")])
+        #expect(selfApproval.status == 1)
+        #expect(selfApproval.stderr.contains("refused"))
+        let approval = try ledger(["support", "approve", "--case", "CASE-7", "--approver", "adam", "--key", key("adam")])
+        #expect(approval.status == 0, "\(approval.stderr)")
+        #expect(approval.json["planDigest"] as? String == digest)
+        let before = try ledger(["stats"]).json["records"] as? Int
+        let dryRun = try ledger(["support", "transfer", "--case", "CASE-7"])
+        #expect(dryRun.status == 0, "\(dryRun.stderr)")
+        #expect(dryRun.json["step"] as? String == "dry-run")
+        #expect(dryRun.json["requestedBy"] as? String == "olivia")
+        #expect(dryRun.json["approvedBy"] as? String == "adam")
+        #expect((dryRun.json["wouldChange"] as? [String])?.contains { $0.contains("grant nothing") } == true)
+        #expect(try ledger(["stats"]).json["records"] as? Int == before)
+        let applied = try ledger(["support", "transfer", "--case", "CASE-7", "--apply", "--staff", "olivia", "--key", key("olivia")])
+        #expect(applied.status == 0, "\(applied.stderr)")
+        #expect((applied.json["note"] as? String)?.contains("Restore Purchases") == true)
+        let again = try ledger(["support", "transfer", "--case", "CASE-7", "--apply", "--staff", "olivia", "--key", key("olivia")])
+        #expect(again.status == 1)
+        let binding = try ledger(["binding", "--original-transaction-id", "5001"])
+        #expect(binding.json["state"] as? String == "bound")
+        #expect(binding.json["account"] as? String == "carol2")
+        #expect(binding.json["entitlement"] is NSNull)
+        let restore: [String: Any] = [
+            "type": "restore", "account": "carol2", "transaction": Fixtures.transaction("5001", transactionId: "5001-2", at: t + 2 * day),
+            "at": t + 2 * day,
+        ]
+        let restored = try ledger(["submit", "--trust-decoded"], stdin: Fixtures.line(restore) + "\n")
+        #expect(restored.json["decision"] as? String == "granted")
+        let audit = try ledger(["audit"])
+        #expect(audit.status == 0, "\(audit.stderr)")
+        let entries = audit.lines.map(Fixtures.object)
+        #expect(entries.compactMap { $0["signature"] as? String }.allSatisfy { $0 == "valid" || $0 == "unsigned-first-administrator" })
+        #expect(try ledger(["audit"]).stdout == audit.stdout)
+        let byCase = try ledger(["audit", "--case", "CASE-7"]).lines.map { Fixtures.object($0)["kind"] as? String ?? "" }
+        #expect(byCase == ["transfer-requested", "transfer-refused", "transfer-approved", "transfer-applied", "transfer-refused"])
+        let verify = try ledger(["verify"])
+        #expect(verify.status == 0, "\(verify.stdout)")
+    }
+}
