@@ -26,7 +26,8 @@ let package = Package(
             dependencies: ["OwnershipLedger", "LedgerCore", "LedgerStore", "LedgerCrypto", "AppleSignedData"],
             path: "Tests/LedgerTestSupport"),
         .testTarget(name: "LedgerCoreTests", dependencies: ["LedgerCore", "Projections", "LedgerTestSupport"]),
-        .testTarget(name: "LedgerStoreTests", dependencies: ["LedgerStore", "LedgerCrypto", "LedgerTestSupport", "CLMDB"]),
+        .testTarget(
+            name: "LedgerStoreTests", dependencies: ["LedgerStore", "LedgerCrypto", "LedgerTestSupport", "OwnershipLedger", "Projections", "CLMDB"]),
         .testTarget(
             name: "AppleSignedDataTests", dependencies: ["AppleSignedData", "LedgerTestSupport"],
             resources: [.copy("Vectors")]),

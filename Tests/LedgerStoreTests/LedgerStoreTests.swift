@@ -2,6 +2,8 @@ import Foundation
 import LedgerCore
 import LedgerCrypto
 import LedgerTestSupport
+import OwnershipLedger
+import Projections
 import Testing
 
 @testable import LedgerStore
@@ -185,5 +187,31 @@ enum RecordFixtures {
         }
         #expect(entries == 3_000)
         #expect(last == u64Bytes(2_999))
+    }
+}
+
+@Suite struct ReadModelRepairTests {
+    /// A persisted read model that no longer matches the log is reported by verify and rebuild,
+    /// and rebuild replaces it with the replayed one.
+    @Test func rebuildReportsAndRepairsADifferingReadModel() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let t = Fixtures.start
+        _ = try ledger.submit(.transaction(.purchase, uid: "alice", try Fixtures.payload(Fixtures.transaction("1", at: t)), .trustedDecoded), at: t)
+        let lineage = ledger.lineage(originalTransactionId: "1")
+        // Rewrite the lineage's persisted state as unbound, behind the ledger's back.
+        try ledger.store.environment.write { txn in
+            try txn.put(LedgerStore.Database.readModels, ReadModel.lineageKey(lineage), [0, 0])
+        }
+        let damaged = try ledger.store.replay()
+        #expect(damaged.chainFault == nil)
+        #expect(damaged.readModelDifferences == ["lineage \(lineage.digest.hex): differs"])
+        #expect(!damaged.isIntact)
+        let checked = try ledger.store.rebuildReadModels(repair: false)
+        #expect(checked.readModelDifferences.count == 1)
+        #expect(try ledger.store.replay().readModelDifferences.count == 1, "--check changes nothing")
+        _ = try ledger.store.rebuildReadModels(repair: true)
+        #expect(try ledger.store.replay().isIntact)
+        #expect(try ledger.binding(originalTransactionId: "1").uid == "alice")
     }
 }

@@ -74,6 +74,11 @@ import Testing
                             "originalTransactionId": "3001", "status": 1,
                             "signedTransactionInfo": try sign(Fixtures.transaction("3001", at: t + 90 * day)),
                         ],
+                        [
+                            "originalTransactionId": "1001", "status": 1,
+                            "signedTransactionInfo": try sign(
+                                Fixtures.transaction("1001", transactionId: "1005", at: t + 91 * day, ownership: "FAMILY_SHARED")),
+                        ],
                     ],
                 ]
             ],
@@ -93,7 +98,9 @@ import Testing
                 "ok", "ok", "permission-denied", "family-sharing-unsupported", "ok", "family-sharing-unsupported", "mixed",
             ])
         let results = responses[6]["results"] as? [[String: Any]] ?? []
-        #expect(results.map { $0["code"] as? String } == ["ok", "not-bound"], "reconciliation refreshes the bound lineage and never binds")
+        #expect(
+            results.map { $0["code"] as? String } == ["ok", "not-bound", "family-sharing-unsupported"],
+            "reconciliation refreshes the bound lineage, never binds, and rejects Family Sharing")
         let alice = try LedgerBinary.run(["account", "--store", store, "--uid", "alice", "--at", String(t + 100 * day)])
         let entitlement = (alice.json["entitlements"] as? [[String: Any]])?.first
         #expect(entitlement?["active"] as? Bool == true)
