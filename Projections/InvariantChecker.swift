@@ -28,7 +28,26 @@ public struct InvariantViolation: Equatable, Sendable, CustomStringConvertible {
 /// 8. sequence numbers are gapless (the hash chain is checked by the store).
 ///
 /// Invariant 9 (persisted read models equal a fresh replay) is checked by the store.
+///
+/// Given ``SignatureChecks``, invariant 5 also requires every roster change and transfer step to
+/// carry a valid Ed25519 signature by the staff member it names (the store passes libcrypto's; the
+/// checker itself stays pure).
 public struct InvariantChecker: Sendable {
+    /// The cryptography invariant 5 needs, supplied by the caller.
+    public struct SignatureChecks: Sendable {
+        /// True when `signature` is a valid Ed25519 signature of `message` under the raw `publicKey`.
+        public var verify: @Sendable (_ publicKey: [UInt8], _ message: [UInt8], _ signature: [UInt8]) -> Bool
+        /// SHA-256.
+        public var sha256: @Sendable ([UInt8]) -> [UInt8]
+
+        public init(
+            verify: @escaping @Sendable ([UInt8], [UInt8], [UInt8]) -> Bool, sha256: @escaping @Sendable ([UInt8]) -> [UInt8]
+        ) {
+            self.verify = verify
+            self.sha256 = sha256
+        }
+    }
+
     public private(set) var state = LedgerState()
     public private(set) var violations: [InvariantViolation] = []
     private var lastSequence: UInt64 = 0
@@ -38,12 +57,14 @@ public struct InvariantChecker: Sendable {
     private var authorisedRequests: Set<String> = []
     /// Cases approved by a different approver enrolled at the time, for the requested plan.
     private var authorisedApprovals: Set<String> = []
+    private let signatures: SignatureChecks?
 
-    public init() {}
+    /// A checker; without `signatures` it checks roles and plans but not signatures.
+    public init(signatures: SignatureChecks? = nil) { self.signatures = signatures }
 
     /// Checks every record of `records` in order.
-    public static func check(_ records: some Sequence<Record>) -> [InvariantViolation] {
-        var checker = InvariantChecker()
+    public static func check(_ records: some Sequence<Record>, signatures: SignatureChecks? = nil) -> [InvariantViolation] {
+        var checker = InvariantChecker(signatures: signatures)
         for record in records { checker.check(record) }
         return checker.violations
     }
@@ -61,17 +82,38 @@ public struct InvariantChecker: Sendable {
         switch event {
         case .transactionSubmitted, .notificationReceived, .accountDeletionRequested:
             cause = event
-        case .staffEnrolled, .staffRemoved, .transferRefused:
+        case .staffEnrolled(let e):
+            cause = event
+            if let admin = e.enrolledBy {
+                if state.staff[admin]?.roles.contains(.administrator) != true
+                    || !signed(by: admin, message: e.signedMessage, signature: e.signature)
+                {
+                    violated(5, "staff \(e.staff) enrolled without a valid signature of an enrolled administrator (\(admin))")
+                }
+            } else if !state.staff.isEmpty {
+                violated(5, "staff \(e.staff) enrolled without an administrator after the roster was set up")
+            }
+        case .staffRemoved(let e):
+            cause = event
+            if state.staff[e.removedBy]?.roles.contains(.administrator) != true
+                || !signed(by: e.removedBy, message: e.signedMessage, signature: e.signature)
+            {
+                violated(5, "staff \(e.staff) removed without a valid signature of an enrolled administrator (\(e.removedBy))")
+            }
+        case .transferRefused:
             cause = event
         case .transferRequested(let e):
             cause = event
-            if let member = state.staff[e.requestedBy], member.roles.contains(.operator_) {
+            if let member = state.staff[e.requestedBy], member.roles.contains(.operator_), planDigestMatches(e),
+                signed(by: e.requestedBy, message: e.planDigest.bytes, signature: e.signature)
+            {
                 authorisedRequests.insert(e.plan.caseId)
             }
         case .transferApproved(let e):
             cause = event
             if let request = state.transfers[e.caseId]?.request, let member = state.staff[e.approvedBy],
-                member.roles.contains(.approver), e.approvedBy != request.requestedBy, e.planDigest == request.planDigest
+                member.roles.contains(.approver), e.approvedBy != request.requestedBy, e.planDigest == request.planDigest,
+                signed(by: e.approvedBy, message: e.planDigest.bytes, signature: e.signature)
             {
                 authorisedApprovals.insert(e.caseId)
             }
@@ -133,6 +175,18 @@ public struct InvariantChecker: Sendable {
         {
             violated(7, "FAMILY_SHARED transaction decided \(decision.reason.code) instead of family-sharing-unsupported")
         }
+    }
+
+    /// True when `staff`'s enrolled key signed `message` (always true without signature checks).
+    private func signed(by staff: StaffID, message: [UInt8], signature: [UInt8]) -> Bool {
+        guard let signatures else { return true }
+        guard let key = state.staff[staff]?.publicKey else { return false }
+        return signatures.verify(key, message, signature)
+    }
+
+    private func planDigestMatches(_ request: TransferRequested) -> Bool {
+        guard let signatures else { return true }
+        return signatures.sha256(request.plan.canonicalBytes) == request.planDigest.bytes
     }
 
     /// The verified transaction facts of the current cause when they speak of `lineage`.

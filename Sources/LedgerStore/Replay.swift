@@ -32,7 +32,7 @@ extension LedgerStore {
     public func replay(repair: Bool = false, progress: ((UInt64, UInt64) -> Void)? = nil) throws -> ReplayReport {
         let work = { (session: ReadSession) throws -> ReplayReport in
             let total = try session.head().sequence
-            var checker = InvariantChecker()
+            var checker = InvariantChecker(signatures: .libcrypto)
             var previousHash = Digest32.zero
             var expected: UInt64 = 1
             var fault: ChainFault?
@@ -93,4 +93,13 @@ extension LedgerStore {
     public func rebuildReadModels(repair: Bool, progress: ((UInt64, UInt64) -> Void)? = nil) throws -> ReplayReport {
         try replay(repair: repair, progress: progress)
     }
+}
+
+extension InvariantChecker.SignatureChecks {
+    /// Ed25519 and SHA-256 from libcrypto.
+    public static let libcrypto = InvariantChecker.SignatureChecks(
+        verify: { publicKey, message, signature in
+            (try? Ed25519PublicKey(rawRepresentation: publicKey))?.isValidSignature(signature, for: message) ?? false
+        },
+        sha256: { Digest.sha256($0) })
 }

@@ -18,7 +18,7 @@ import Testing
         let accounts = (0..<12).map { "uid-\($0)" }
         let lineages = (0..<8).map { "90000\($0)" }
         let types = ["SUBSCRIBED", "DID_RENEW", "EXPIRED", "REFUND", "REFUND_REVERSED", "DID_FAIL_TO_RENEW", "REVOKE"]
-        var checker = InvariantChecker()
+        var checker = InvariantChecker(signatures: .libcrypto)
         var checked: UInt64 = 0
         var outcomes: [String: Int] = [:]
         var time = Fixtures.start

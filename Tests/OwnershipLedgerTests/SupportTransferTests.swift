@@ -4,6 +4,7 @@ import LedgerCrypto
 import LedgerStore
 import LedgerTestSupport
 import OwnershipLedger
+import Projections
 import Testing
 
 /// Support-controlled recovery (issue 5) through the library: roster, request, approval, dry run,
@@ -385,6 +386,28 @@ import Testing
             ], at: t + 3 * day)
         let violations = try ledger.store.replay().violations
         #expect(violations.contains { $0.invariant == 5 && $0.message.contains("approval") })
+    }
+
+    @Test func replayFlagsAnApprovalWhoseSignatureIsForged() throws {
+        defer { directory.remove() }
+        let request = try requested()
+        let digest = try #require(request.planDigest)
+        let plan = try #require(request.plan)
+        // A well-formed approval by an enrolled approver, but signed with somebody else's key.
+        let forged = try Ed25519PrivateKey.generate().sign(digest.bytes)
+        try appendRaw(
+            [
+                .transferApproved(TransferApproved(caseId: "C-1", planDigest: digest, approvedBy: "adam", signature: forged)),
+                .entitlementEnded(lineage: plan.lineage, account: plan.source.account, reason: .transferred),
+                .transferApplied(
+                    TransferApplied(
+                        caseId: "C-1", planDigest: digest, lineage: plan.lineage, source: plan.source, target: plan.target, appliedBy: "olivia")),
+            ], at: t + 3 * day)
+        let report = try ledger.store.replay()
+        let applied = try head()
+        #expect(report.violations.contains { $0.invariant == 5 && $0.sequence == applied && $0.message.contains("approval") })
+        // Without the signature checks the same history looks authorised: the signatures are what catch it.
+        #expect(!InvariantChecker.check(try ledger.store.records()).contains { $0.invariant == 5 })
     }
 
     // MARK: The runbook through the binary
