@@ -1,14 +1,15 @@
 import Foundation
 import LedgerStore
 
-nonisolated(unsafe) let commands: [any Subcommand.Type] = [
+/// Every subcommand, in the order `ledger --help` lists them.
+let commands: [any Subcommand.Type] = [
     InitCommand.self, SubmitCommand.self, BindingCommand.self, AccountCommand.self, LogCommand.self, VerifyCommand.self,
     RebuildCommand.self, StatsCommand.self, InspectJWSCommand.self, BenchCommand.self, DemoCommand.self,
     ReplayCommand.self, ExplainCommand.self, CheckpointCommand.self, SigningKeyCommand.self, DisputeCommand.self,
     SupportCommand.self, AuditCommand.self,
 ]
 
-func overview() -> String {
+@MainActor func overview() -> String {
     var lines = [
         "ledger: decide and prove which app account owns an App Store subscription.", "",
         "Usage: ledger COMMAND [OPTIONS]   (every command takes --store DIR, default ./ledger-data)", "", "Commands:",
