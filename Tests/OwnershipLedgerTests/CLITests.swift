@@ -130,6 +130,24 @@ import Testing
         }
     }
 
+    @Test func linesDecidedTogetherSeeEachOtherInOrder() throws {
+        defer { directory.remove() }
+        try initStore()
+        // One write: the retry of line 1 is a duplicate of it, the restore by bob sees alice's binding.
+        let purchase: [String: Any] = ["type": "purchase", "account": "alice", "transaction": Fixtures.transaction("11", at: t), "at": t]
+        let responses = try submit([
+            purchase,
+            purchase,
+            ["type": "purchase", "account": "x", "transaction": "not an object"],
+            ["type": "restore", "account": "bob", "transaction": Fixtures.transaction("11", at: t + 1), "at": t + 1],
+        ])
+        #expect(responses.map { $0["decision"] as? String } == ["granted", "granted", "invalid", "denied"])
+        #expect(responses[1]["duplicate"] as? Bool == true)
+        #expect(responses[1]["seq"] as? Int == responses[0]["seq"] as? Int)
+        #expect((responses[2]["message"] as? String)?.contains("transaction must be an object") == true)
+        #expect(try LedgerBinary.run(["stats", "--store", store]).json["records"] as? Int == 6)
+    }
+
     @Test func logHonoursFromAndLimit() throws {
         defer { directory.remove() }
         try initStore()
