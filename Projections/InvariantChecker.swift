@@ -17,10 +17,11 @@ public struct InvariantViolation: Equatable, Sendable, CustomStringConvertible {
 
 /// Replays records and checks the ledger's invariants at every step:
 ///
-/// 1. each lineage is bound to at most one live account;
+/// 1. each lineage is bound to at most one live account, and a deleted account stays bound to none;
 /// 2. a binding changes owner only through an applied support transfer;
 /// 3. an entitlement exists only for the bound account and only from a verified store transaction;
-/// 4. a tombstoned lineage grants nothing until a transfer and a verified restore;
+/// 4. a tombstoned lineage grants nothing until a transfer and a verified restore, and a lineage a
+///    transfer moved grants nothing until its bound account's verified restore;
 /// 5. an applied transfer has a request by an authorised operator and an approval of the same plan
 ///    by a different authorised approver, both recorded before it;
 /// 6. after a transfer the previous account holds no entitlement from that lineage;
@@ -119,11 +120,23 @@ public struct InvariantChecker: Sendable {
             }
         case .transferApplied(let e):
             cause = event
+            let transfer = state.transfers[e.caseId]
             if !authorisedRequests.contains(e.caseId) {
                 violated(5, "transfer \(e.caseId) applied without a request by an authorised operator")
             }
-            if !authorisedApprovals.contains(e.caseId) || state.transfers[e.caseId]?.request.planDigest != e.planDigest {
+            if !authorisedApprovals.contains(e.caseId) || transfer?.request.planDigest != e.planDigest {
                 violated(5, "transfer \(e.caseId) applied without an approval of its plan by a different authorised approver")
+            }
+            if let plan = transfer?.request.plan, plan.lineage != e.lineage || plan.source != e.source || plan.target != e.target {
+                violated(5, "transfer \(e.caseId) applied to a lineage, source or target other than its approved plan")
+            }
+            if transfer?.applied == true { violated(5, "transfer \(e.caseId) applied a second time") }
+            // Checked before the apply, which drops the lineage's entitlement: the decider ends the
+            // previous account's entitlement first.
+            if let entitlement = state.lineage(e.lineage).entitlement, entitlement.account == e.source.account,
+                entitlement.endedBecause == nil
+            {
+                violated(6, "transfer \(e.caseId) applied while the previous account still holds a live entitlement on \(e.lineage)")
             }
         case .lineageBound(let lineage, let account):
             let binding = state.lineage(lineage).binding
@@ -141,14 +154,24 @@ public struct InvariantChecker: Sendable {
                 violated(2, "lineage \(lineage) bound without a verified transaction")
             }
         case .entitlementGranted(let e):
-            let binding = state.lineage(e.lineage).binding
+            let current = state.lineage(e.lineage)
+            let binding = current.binding
             if binding.isTombstone {
                 violated(4, "tombstoned lineage \(e.lineage) granted an entitlement")
             } else if binding != .bound(e.account) {
                 violated(3, "entitlement granted to \(e.account), which is not bound to lineage \(e.lineage)")
             }
+            // A bound lineage without an entitlement was just bound by its account's own submission, or
+            // moved by a support transfer: only the bound account's verified submission grants it.
+            if case .bound(let owner) = binding, current.entitlement == nil, !isOwnSubmission(on: e.lineage, by: owner) {
+                violated(4, "lineage \(e.lineage) granted an entitlement without a verified restore by its bound account \(owner)")
+            }
             if let facts = causeFacts(for: e.lineage) {
                 if facts.ownership == .familyShared { violated(7, "FAMILY_SHARED transaction granted on \(e.lineage)") }
+                // `entitlementReinstated` clears `revokedAt` first, so a reversed refund passes.
+                if let revokedAt = current.entitlement?.revokedAt, facts.purchaseDate <= revokedAt {
+                    violated(3, "a transaction purchased before the refund granted the revoked entitlement on \(e.lineage) again")
+                }
             } else {
                 violated(3, "entitlement on \(e.lineage) granted without a verified store transaction")
             }
@@ -161,15 +184,16 @@ public struct InvariantChecker: Sendable {
             if state.lineage(lineage).binding != .bound(account) {
                 violated(2, "lineage \(lineage) tombstoned for \(account), which does not own it")
             }
-        case .accountDeleted, .decisionIssued:
+        case .accountDeleted(let account):
+            if let lineages = state.accountLineages[account], !lineages.isEmpty {
+                violated(1, "account \(account) deleted while still bound to \(lineages.count) lineage(s)")
+            }
+        case .decisionIssued:
             break
         }
 
         StateProjection.evolve(&state, event)
 
-        if case .transferApplied(let e) = event, state.lineage(e.lineage).entitlement?.account == e.source.account {
-            violated(6, "after transfer \(e.caseId) the previous account still holds the entitlement")
-        }
         if case .decisionIssued(let decision) = event, let facts = causeFacts(for: decision.lineage),
             facts.ownership == .familyShared, decision.reason != .familyShared
         {
@@ -187,6 +211,12 @@ public struct InvariantChecker: Sendable {
     private func planDigestMatches(_ request: TransferRequested) -> Bool {
         guard let signatures else { return true }
         return signatures.sha256(request.plan.canonicalBytes) == request.planDigest.bytes
+    }
+
+    /// True when the current cause is a purchase, renewal or restore of `lineage` submitted by `account`.
+    private func isOwnSubmission(on lineage: LineageKey, by account: AccountID) -> Bool {
+        guard case .transactionSubmitted(let s) = cause else { return false }
+        return s.lineage == lineage && s.kind != .reconciliation && s.account == account
     }
 
     /// The verified transaction facts of the current cause when they speak of `lineage`.

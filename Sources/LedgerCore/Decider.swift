@@ -48,12 +48,17 @@ public enum Decider {
             return decided(isExpired(transaction, at: at) ? .transactionExpired : .bound)
         case .bound(let owner):
             if let account = submission.account, account != owner { return decided(.boundToAnotherAccount) }
+            // Moved by a support transfer: only the bound account's own verified submission grants.
+            if current.entitlement == nil, isReconciliation || submission.account != owner {
+                return decided(.awaitingRestore, owner)
+            }
             if let revokedAt = transaction.revocationDate {
                 if let entitlement = current.entitlement, entitlement.revokedAt == nil {
                     events.append(.entitlementRevoked(lineage: lineage, account: owner, revokedAt: revokedAt))
                 }
                 return decided(.transactionRevoked, owner)
             }
+            if isRefunded(transaction, by: current.entitlement) { return decided(.refundedTransaction, owner) }
             let granted = grant(transaction, to: owner, lineage: lineage, previous: current.entitlement)
             let expired = granted.expiresAt.map { $0 <= at } ?? false
             if isReconciliation && expired {
@@ -85,24 +90,27 @@ public enum Decider {
         case .tombstoned: return decided(.tombstonedNotification)
         case .bound(let account): owner = account
         }
+        // Moved by a support transfer: nothing changes until the bound account runs Restore Purchases.
+        guard let entitlement = current.entitlement else { return decided(.awaitingRestore, owner) }
         let type = notification.notificationType
-        let entitlement = current.entitlement
         if revokingNotifications.contains(type) || (extendingNotifications.contains(type) && transaction.revocationDate != nil) {
-            guard entitlement != nil, entitlement?.revokedAt == nil else { return decided(.notificationRecorded, owner) }
+            guard entitlement.revokedAt == nil else { return decided(.notificationRecorded, owner) }
             let revokedAt = transaction.revocationDate ?? notification.signedDate
             events.append(.entitlementRevoked(lineage: lineage, account: owner, revokedAt: revokedAt))
             return decided(.notificationRevoked, owner)
         }
         if extendingNotifications.contains(type) {
+            if isRefunded(transaction, by: entitlement) { return decided(.refundedTransaction, owner) }
             events.append(.entitlementGranted(grant(transaction, to: owner, lineage: lineage, previous: entitlement)))
             return decided(.notificationExtended, owner)
         }
         if endingNotifications.contains(type) {
-            guard let entitlement, entitlement.endedBecause == nil else { return decided(.notificationRecorded, owner) }
+            guard entitlement.endedBecause == nil else { return decided(.notificationRecorded, owner) }
             events.append(.entitlementEnded(lineage: lineage, account: owner, reason: .expired))
             return decided(.notificationEnded, owner)
         }
-        if type == "REFUND_REVERSED" {
+        // Only a revoked entitlement has a refund to reverse.
+        if type == "REFUND_REVERSED", entitlement.revokedAt != nil {
             events.append(.entitlementReinstated(lineage: lineage, account: owner))
             events.append(.entitlementGranted(grant(transaction, to: owner, lineage: lineage, previous: entitlement)))
             return decided(.notificationReinstated, owner)
@@ -137,6 +145,13 @@ public enum Decider {
             expiresAt = old
         }
         return EntitlementGranted(lineage: lineage, account: account, productId: transaction.productId, expiresAt: expiresAt)
+    }
+
+    /// True when `entitlement` is revoked and `transaction` was purchased at or before the
+    /// revocation: a replay of the refunded purchase (or an earlier one) cannot undo the refund.
+    private static func isRefunded(_ transaction: TransactionFacts, by entitlement: Entitlement?) -> Bool {
+        guard let revokedAt = entitlement?.revokedAt else { return false }
+        return transaction.purchaseDate <= revokedAt
     }
 
     private static func isExpired(_ transaction: TransactionFacts, at: Timestamp) -> Bool {

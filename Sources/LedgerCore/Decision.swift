@@ -42,12 +42,19 @@ public enum DecisionReason: UInt8, Sendable, CaseIterable {
     case unknownAccount = 16
     /// A reconciliation ended the bound account's entitlement.
     case reconciliationEnded = 17
+    /// The lineage's entitlement is revoked (Apple refunded or revoked it) and the transaction was
+    /// purchased at or before the revocation: replaying it grants nothing. Only `REFUND_REVERSED` or a
+    /// transaction purchased after the revocation grants again.
+    case refundedTransaction = 18
+    /// A support transfer moved the lineage and its bound account has not run Restore Purchases yet:
+    /// a notification or reconciliation grants nothing.
+    case awaitingRestore = 19
 
     public var outcome: Outcome {
         switch self {
         case .bound, .refreshed, .notificationExtended, .notificationReinstated: .granted
-        case .boundToAnotherAccount, .lineageTombstoned, .familyShared, .transactionRevoked: .denied
-        case .notBound, .tombstonedNotification, .unknownAccount: .ignored
+        case .boundToAnotherAccount, .lineageTombstoned, .familyShared, .transactionRevoked, .refundedTransaction: .denied
+        case .notBound, .tombstonedNotification, .unknownAccount, .awaitingRestore: .ignored
         case .notificationEnded, .notificationRevoked, .notificationRecorded, .transactionExpired, .accountDeleted,
             .reconciliationEnded:
             .recorded
@@ -64,7 +71,8 @@ public enum DecisionReason: UInt8, Sendable, CaseIterable {
         case .familyShared: "family-sharing-unsupported"
         case .notBound: "not-bound"
         case .tombstonedNotification: "tombstoned"
-        case .transactionRevoked: "revoked"
+        case .transactionRevoked, .refundedTransaction: "revoked"
+        case .awaitingRestore: "awaiting-restore"
         case .transactionExpired: "expired"
         case .unknownAccount: "unknown-account"
         }
@@ -95,6 +103,10 @@ public enum DecisionReason: UInt8, Sendable, CaseIterable {
             "Account deleted. Deleting a MyRecipes account does not cancel Apple billing: manage or cancel the subscription in the Apple ID's Subscriptions settings."
         case .unknownAccount: "No MyRecipes account with this identity is known to the ledger; nothing was deleted."
         case .reconciliationEnded: "Reconciliation found the subscription expired or revoked; the bound account's entitlement ended."
+        case .refundedTransaction:
+            "Apple refunded or revoked this purchase; a transaction from before the refund cannot restore it. Nothing is granted."
+        case .awaitingRestore:
+            "This subscription was moved to this MyRecipes account by support; it grants nothing until the account runs Restore Purchases."
         }
     }
 }

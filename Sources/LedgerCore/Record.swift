@@ -27,6 +27,16 @@ public struct Record: Equatable, Sendable {
     }
 }
 
+extension BidirectionalCollection where Element == Record {
+    /// The records up to and including the last one recorded at or before `time`: a prefix of the
+    /// log, so it describes a state that existed even when callers supplied times out of order.
+    /// (Filtering by time instead could apply an effect without the event it followed.)
+    public func prefix(throughRecordedAt time: Timestamp) -> SubSequence {
+        guard let last = lastIndex(where: { $0.recordedAt <= time }) else { return self[startIndex..<startIndex] }
+        return self[...last]
+    }
+}
+
 /// Why a stored record could not be decoded.
 public struct RecordDecodingError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The sequence number the record was stored under.
@@ -62,6 +72,12 @@ public enum RecordCodec {
         w.raw(previousHash.bytes)
         w.bytes(eventBytes)
         return w.output
+    }
+
+    /// The recorded time of stored bytes, read without decoding the event; nil when truncated.
+    public static func recordedAt(of stored: [UInt8]) -> Timestamp? {
+        var r = ByteReader(stored, offset: 9)
+        return try? r.i64()
     }
 
     /// Splits stored bytes into body and hash without decoding the event.

@@ -14,6 +14,8 @@ public struct LedgerKeys: Sendable {
     private let eventKey: [UInt8]
     let vaultKey: [UInt8]
     let sealKey: [UInt8]
+    /// Stored in the metadata at creation: opening with another key file is refused.
+    let checkValue: [UInt8]
 
     init(secret: [UInt8]) {
         func derive(_ label: String) -> [UInt8] { Digest.hmacSHA256(key: secret, message: Array(label.utf8)) }
@@ -23,6 +25,7 @@ public struct LedgerKeys: Sendable {
         eventKey = derive("event-id")
         vaultKey = derive("identity-vault")
         sealKey = derive("identity-seal")
+        checkValue = derive("key-check")
     }
 
     /// HMAC-SHA256 over `apple|<environment>|<originalTransactionId>`.

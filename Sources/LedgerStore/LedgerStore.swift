@@ -33,7 +33,7 @@ public final class LedgerStore: @unchecked Sendable {
     public static let formatVersion: UInt32 = 1
     static let databaseNames = [
         Database.log, Database.eventIds, Database.lineages, Database.accounts, Database.meta, Database.readModels,
-        Database.identities,
+        Database.identities, Database.submissions,
     ]
 
     enum Database {
@@ -44,6 +44,7 @@ public final class LedgerStore: @unchecked Sendable {
         static let meta = "meta"
         static let readModels = "read-models"
         static let identities = "identities"
+        static let submissions = "submissions"
     }
 
     enum Meta {
@@ -52,6 +53,7 @@ public final class LedgerStore: @unchecked Sendable {
         static let headHash = Array("head-hash".utf8)
         static let readModelVersion = Array("read-model-version".utf8)
         static let configuration = Array("configuration".utf8)
+        static let keyCheck = Array("key-check".utf8)
     }
 
     public let directory: URL
@@ -73,6 +75,7 @@ public final class LedgerStore: @unchecked Sendable {
             try txn.put(Database.meta, Meta.formatVersion, u32Bytes(formatVersion))
             try txn.put(Database.meta, Meta.readModelVersion, u32Bytes(StateProjection.version))
             try txn.put(Database.meta, Meta.configuration, configuration)
+            try txn.put(Database.meta, Meta.keyCheck, keys.checkValue)
         }
         return store
     }
@@ -86,12 +89,18 @@ public final class LedgerStore: @unchecked Sendable {
         }
         let keys = try LedgerKeys.load(from: directory.appendingPathComponent(LedgerKeys.fileName))
         try self.init(directory: directory, keys: keys)
-        let (format, modelVersion) = try environment.read { txn in
-            (try txn.get(Database.meta, Meta.formatVersion).flatMap(u32), try txn.get(Database.meta, Meta.readModelVersion).flatMap(u32))
+        let (format, modelVersion, keyCheck) = try environment.read { txn in
+            (
+                try txn.get(Database.meta, Meta.formatVersion).flatMap(u32), try txn.get(Database.meta, Meta.readModelVersion).flatMap(u32),
+                try txn.get(Database.meta, Meta.keyCheck)
+            )
         }
         guard let format else { throw LedgerStoreError.notInitialized(directory: directory.path) }
         guard format <= Self.formatVersion else {
             throw LedgerStoreError.newerFormat(found: format, supported: Self.formatVersion)
+        }
+        guard keyCheck == keys.checkValue else {
+            throw LedgerStoreError.wrongKey(path: directory.appendingPathComponent(LedgerKeys.fileName).path)
         }
         if modelVersion != StateProjection.version {
             _ = try rebuildReadModels(repair: true)

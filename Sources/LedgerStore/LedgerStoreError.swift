@@ -7,6 +7,8 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
     case missingKey(path: String)
     case keyReadableByOthers(path: String, mode: UInt16)
     case malformedKey(path: String)
+    /// The key file is not the one the store was created with.
+    case wrongKey(path: String)
     case newerFormat(found: UInt32, supported: UInt32)
     /// The same event id was appended before with different content.
     case conflictingEvent(eventId: Digest32, sequence: UInt64)
@@ -19,7 +21,7 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
         switch self {
         case .notInitialized: "not-initialized"
         case .alreadyInitialized: "already-initialized"
-        case .missingKey, .keyReadableByOthers, .malformedKey: "key-file"
+        case .missingKey, .keyReadableByOthers, .malformedKey, .wrongKey: "key-file"
         case .newerFormat: "newer-format"
         case .conflictingEvent, .staleLineageVersion: "conflict"
         case .corrupt: "corrupt"
@@ -38,6 +40,8 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
             "the ledger key file \(path) has mode \(String(mode, radix: 8)) and can be read by others: run `chmod 600 \(path)`"
         case .malformedKey(let path):
             "the ledger key file \(path) is not 64 hexadecimal characters: restore it from your backup"
+        case .wrongKey(let path):
+            "the ledger key file \(path) is not the key this store was created with: restore the matching key from your backup (with another key no lineage or account would be found)"
         case .newerFormat(let found, let supported):
             "the store was written by format version \(found), newer than this ledger supports (\(supported)): upgrade the ledger tool"
         case .conflictingEvent(let eventId, let sequence):

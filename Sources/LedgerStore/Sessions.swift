@@ -68,6 +68,17 @@ public struct ReadSession {
         return out
     }
 
+    /// The latest attempt of a submission (see ``WriteSession/recordAttempt(of:attempt:firstSequence:)``).
+    public func latestAttempt(of submission: Digest32) throws -> (attempt: UInt32, firstSequence: UInt64)? {
+        guard let value = try txn.get(DB.submissions, submission.bytes) else { return nil }
+        var reader = ByteReader(value)
+        do {
+            return (try reader.u32(), try reader.u64())
+        } catch {
+            throw LedgerStoreError.corrupt("submission index entry: \(error)")
+        }
+    }
+
     // MARK: Read models
 
     /// The persisted state for the given lineages and accounts (with the accounts' bound lineages),
@@ -218,6 +229,15 @@ public struct WriteSession {
         try txn.put(DB.meta, Meta.headSequence, u64Bytes(sequence))
         try txn.put(DB.meta, Meta.headHash, previousHash.bytes)
         return AppendResult(sequences: sequences, appended: true)
+    }
+
+    /// Records that attempt `attempt` (0 for the first) of a submission was appended starting at
+    /// `firstSequence`, so a retry can be answered with its decision.
+    public func recordAttempt(of submission: Digest32, attempt: UInt32, firstSequence: UInt64) throws {
+        var writer = ByteWriter()
+        writer.u32(attempt)
+        writer.u64(firstSequence)
+        try txn.put(DB.submissions, submission.bytes, writer.output)
     }
 
     /// Persists the difference between the state as loaded and as evolved.

@@ -14,10 +14,14 @@ public enum Forensics {
         case sequence(UInt64)
         case time(Timestamp)
 
-        func admits(_ record: Record) -> Bool {
+        /// The records this limit keeps: a prefix (for a time, through the last record recorded at or
+        /// before it, so out-of-order times never yield a state that did not exist).
+        func prefix(of records: [(record: Record, stored: [UInt8])]) -> [(record: Record, stored: [UInt8])] {
             switch self {
-            case .sequence(let last): record.sequence <= last
-            case .time(let time): record.recordedAt <= time
+            case .sequence(let last): return records.filter { $0.record.sequence <= last }
+            case .time(let time):
+                let kept = records.map(\.record).prefix(throughRecordedAt: time).count
+                return Array(records.prefix(kept))
             }
         }
     }
@@ -133,10 +137,9 @@ public enum Forensics {
         var out: [(record: Record, stored: [UInt8])] = []
         for sequence in wanted.sorted() {
             guard let entry = try load(sequence) else { continue }
-            if let limit, !limit.admits(entry.record) { continue }
             out.append(entry)
         }
-        return out
+        return limit?.prefix(of: out) ?? out
     }
 
     // MARK: Timeline
@@ -342,7 +345,7 @@ public enum Forensics {
     /// lineage of `records` at `time`.
     public static func explain(records: [Record], lineage: LineageKey, account: AccountID?, at time: Timestamp) -> Explanation {
         var history = History(lineage: lineage)
-        for record in records where record.recordedAt <= time { history.apply(record) }
+        for record in records.prefix(throughRecordedAt: time) { history.apply(record) }
         let state = history.current
         let when = LedgerTime.format(time)
         func result(_ verdict: Explanation.Verdict, _ text: String, _ cited: [UInt64?], entitled: Bool = false) -> Explanation {

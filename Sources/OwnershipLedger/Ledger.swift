@@ -76,64 +76,138 @@ public final class Ledger: @unchecked Sendable {
         try submit([submission], at: at)[0]
     }
 
+    /// Decides one submission inside `session`.
+    ///
+    /// Idempotency: a submission is identified by what it carries (notification UUID; kind, account,
+    /// transaction id and signed date; deleted UID). A retry is answered with the recorded decision,
+    /// appending nothing, while it cannot change anything: a notification always (different content
+    /// under the same UUID is a conflict), a transaction while its lineage's owner and entitlement
+    /// status have not changed since, a deletion while the UID still has no live account. Otherwise it is decided again against the
+    /// current state (a restore retried after a support transfer, a UID deleted again after reuse).
     private func decide(_ submission: Submission, at: Timestamp, in session: WriteSession) throws -> Decision {
+        try Self.checkTimes(of: submission, at: at)
         let keys = store.keys
-        let batch: String
-        var erasedUID: String?
+        let base: String
+        switch submission {
+        case .transaction(let kind, let uid, let payload, _):
+            base = "transaction|\(kind.name)|\(uid ?? "")|\(payload.environment.rawValue)|\(payload.transactionId)|\(payload.signedDate)"
+        case .notification(let payload, _):
+            base = "notification|\(payload.notificationUUID)"
+        case .deleteAccount(let uid):
+            base = "delete|\(uid)"
+        }
+        let submissionKey = keys.eventId(batch: base, index: 0)
+        var attempt: UInt32 = 0
+        if let latest = try session.reader.latestAttempt(of: submissionKey) {
+            let prior = try recordedBatch(from: latest.firstSequence, session: session)
+            if try isRetry(submission, of: prior, session: session) {
+                return Decision(events: prior.map(\.event), lastSequence: prior.last?.sequence, at: at, duplicate: true)
+            }
+            attempt = latest.attempt + 1
+        }
         let command: Command
+        var erasedUID: String?
         switch submission {
         case .transaction(let kind, let uid, let payload, let provenance):
-            let environment = payload.environment.rawValue
-            batch = "transaction|\(kind.name)|\(uid ?? "")|\(environment)|\(payload.transactionId)|\(payload.signedDate)"
-            if let first = try priorDecision(batch: batch, session: session, at: at) { return first }
             command = .submitTransaction(
                 TransactionSubmitted(
-                    kind: kind, account: try uid.map { try session.pseudonym(forUID: $0) },
-                    lineage: keys.lineage(environment: environment, originalTransactionId: payload.originalTransactionId),
+                    kind: kind, account: try uid.map { try session.pseudonym(forUID: $0) }, lineage: lineage(of: payload),
                     transaction: facts(payload, provenance: provenance)))
         case .notification(let payload, let provenance):
-            batch = "notification|\(payload.notificationUUID)"
-            if let first = try priorDecision(batch: batch, session: session, at: at) { return first }
-            command = .receiveNotification(
-                NotificationReceived(
-                    notificationKey: keys.notification(uuid: payload.notificationUUID),
-                    notificationType: payload.notificationType, subtype: payload.subtype, signedDate: payload.signedDate,
-                    lineage: payload.transaction.map {
-                        keys.lineage(environment: $0.environment.rawValue, originalTransactionId: $0.originalTransactionId)
-                    },
-                    transaction: payload.transaction.map { facts($0, provenance: provenance) }))
+            command = .receiveNotification(notificationFact(payload, provenance: provenance))
         case .deleteAccount(let uid):
-            batch = "delete|\(uid)"
-            if let first = try priorDecision(batch: batch, session: session, at: at) { return first }
             guard let account = try session.reader.pseudonym(ofUID: uid) else {
                 return Decision(reason: .unknownAccount, sequence: nil, entitlement: nil, duplicate: false)
             }
             command = .deleteAccount(account)
             erasedUID = uid
         }
+        let batch = attempt == 0 ? base : "\(base)@\(attempt)"
         let before = try session.reader.loadState(lineages: command.lineages, accounts: command.accounts)
         let events = Decider.decide(command, state: before, at: at)
         let pending = events.enumerated().map { index, event in
             PendingEvent(eventId: keys.eventId(batch: batch, index: index), recordedAt: at, event: event)
         }
         let result = try session.append(pending)
+        if let first = result.sequences.first {
+            try session.recordAttempt(of: submissionKey, attempt: attempt, firstSequence: first)
+        }
         try session.saveState(from: before, to: StateProjection.fold(events, into: before))
         if let erasedUID { try session.eraseIdentity(uid: erasedUID) }
         return Decision(events: events, lastSequence: result.sequences.last, at: at, duplicate: false)
     }
 
-    /// The decision recorded for `batch`, when it was submitted before.
-    private func priorDecision(batch: String, session: WriteSession, at: Timestamp) throws -> Decision? {
-        guard var sequence = try session.reader.sequence(ofEvent: store.keys.eventId(batch: batch, index: 0)) else {
-            return nil
+    /// Whether `submission`, submitted before as `prior`, is a retry that can change nothing.
+    private func isRetry(_ submission: Submission, of prior: [Record], session: WriteSession) throws -> Bool {
+        switch submission {
+        case .notification(let payload, let provenance):
+            let fact = LedgerEvent.notificationReceived(notificationFact(payload, provenance: provenance))
+            guard prior.first?.event == fact else {
+                throw SubmissionError(
+                    "notificationUUID \(payload.notificationUUID) was delivered before with different content", code: "conflict")
+            }
+            return true
+        case .transaction(_, _, let payload, _):
+            // A retry is decided again when its first answer may no longer hold: the lineage's owner
+            // changed since (a transfer, a deletion) or Apple revoked, reinstated or ended it.
+            let decided = prior.last?.sequence ?? 0
+            for sequence in try session.reader.sequences(ofLineage: lineage(of: payload)) where sequence > decided {
+                switch try session.reader.record(sequence)?.event {
+                case .lineageBound, .lineageTombstoned, .transferApplied, .entitlementRevoked, .entitlementReinstated,
+                    .entitlementEnded:
+                    return false
+                default: continue
+                }
+            }
+            return true
+        case .deleteAccount(let uid):
+            return try session.reader.pseudonym(ofUID: uid) == nil
         }
-        var events: [LedgerEvent] = []
-        while let record = try session.reader.record(sequence) {
-            events.append(record.event)
+    }
+
+    /// The records of the batch starting at `sequence`, through its decision.
+    private func recordedBatch(from sequence: UInt64, session: WriteSession) throws -> [Record] {
+        var records: [Record] = []
+        var next = sequence
+        while let record = try session.reader.record(next) {
+            records.append(record)
             if case .decisionIssued = record.event { break }
-            sequence += 1
+            next += 1
         }
-        return Decision(events: events, lastSequence: sequence, at: at, duplicate: true)
+        return records
+    }
+
+    private func lineage(of payload: TransactionPayload) -> LineageKey {
+        store.keys.lineage(environment: payload.environment.rawValue, originalTransactionId: payload.originalTransactionId)
+    }
+
+    private func notificationFact(_ payload: NotificationPayload, provenance: Provenance) -> NotificationReceived {
+        NotificationReceived(
+            notificationKey: store.keys.notification(uuid: payload.notificationUUID), notificationType: payload.notificationType,
+            subtype: payload.subtype, signedDate: payload.signedDate, lineage: payload.transaction.map(lineage(of:)),
+            transaction: payload.transaction.map { facts($0, provenance: provenance) })
+    }
+
+    /// Refuses times outside ``LedgerTime/supportedRange`` before anything is decided.
+    public static func checkTimes(of submission: Submission, at: Timestamp) throws {
+        func check(_ time: Timestamp?, _ field: String) throws {
+            guard let time, !LedgerTime.supportedRange.contains(time) else { return }
+            throw SubmissionError("\(field) \(time) is outside the supported range (1970 through 9999, in milliseconds)")
+        }
+        func check(_ transaction: TransactionPayload, _ context: String) throws {
+            try check(transaction.purchaseDate, "\(context).purchaseDate")
+            try check(transaction.expiresDate, "\(context).expiresDate")
+            try check(transaction.revocationDate, "\(context).revocationDate")
+            try check(transaction.signedDate, "\(context).signedDate")
+        }
+        try check(at, "at")
+        switch submission {
+        case .transaction(_, _, let payload, _): try check(payload, "transaction")
+        case .notification(let payload, _):
+            try check(payload.signedDate, "notification.signedDate")
+            if let transaction = payload.transaction { try check(transaction, "notification.transaction") }
+        case .deleteAccount: break
+        }
     }
 
     private func facts(_ payload: TransactionPayload, provenance: Provenance) -> TransactionFacts {
@@ -154,14 +228,23 @@ public final class Ledger: @unchecked Sendable {
     }
 
     /// The state of every lineage and account: the persisted read models now, or a replay of the
-    /// records recorded at or before `at`.
+    /// log up to and including its last record recorded at or before `at`. Record times come from
+    /// callers and may be out of order; cutting the log (rather than filtering by time) always
+    /// gives a state that existed.
     /// - Complexity: O(1) reads for the present; O(records) for a time in the past.
     public func state(lineages: [LineageKey] = [], accounts: [AccountID] = [], asOf at: Timestamp?) throws -> LedgerState {
         guard let at else { return try store.read { try $0.loadState(lineages: lineages, accounts: accounts) } }
         var state = LedgerState()
         try store.read { session in
+            // The log's prefix through the last record recorded at or before `at`.
+            var last: UInt64 = 0
+            try session.forEachStoredRecord { sequence, stored in
+                if let time = RecordCodec.recordedAt(of: stored), time <= at { last = sequence }
+                return true
+            }
             try session.forEachRecord { record in
-                if record.recordedAt <= at { StateProjection.evolve(&state, record.event) }
+                guard record.sequence <= last else { return false }
+                StateProjection.evolve(&state, record.event)
                 return true
             }
         }
@@ -195,6 +278,20 @@ public final class Ledger: @unchecked Sendable {
         }
         return AccountView(uid: uid, known: true, entitlements: entitlements)
     }
+}
+
+/// A submission the ledger refuses before deciding it (nothing is appended).
+public struct SubmissionError: Error, Equatable, CustomStringConvertible, Sendable {
+    public var message: String
+    /// A stable kebab-case code.
+    public var code: String
+
+    public init(_ message: String, code: String = "invalid-argument") {
+        self.message = message
+        self.code = code
+    }
+
+    public var description: String { message }
 }
 
 extension Binding {

@@ -39,20 +39,29 @@ public struct SubmitProtocol {
                 let (object, id) = try parseLine(line)
                 ids[index] = id
                 let (submissions, at) = try parse(object)
+                for submission in submissions { try Ledger.checkTimes(of: submission, at: at) }
                 accepted.append((index, submissions, at))
             } catch {
                 answers[index] = invalid(error)
             }
         }
+        func answer(_ group: (line: Int, submissions: [Ledger.Submission], at: Timestamp), _ decided: [Decision]) {
+            var response = decided.count == 1 ? render(decided[0]) : summarise(decided)
+            if case .deleteAccount = group.submissions.first { response["appleBillingContinues"] = true }
+            answers[group.line] = response
+        }
         do {
             let decisions = try ledger.submit(groups: accepted.map { ($0.submissions, $0.at) })
-            for (group, decided) in zip(accepted, decisions) {
-                var response = decided.count == 1 ? render(decided[0]) : summarise(decided)
-                if case .deleteAccount = group.submissions.first { response["appleBillingContinues"] = true }
-                answers[group.line] = response
-            }
+            for (group, decided) in zip(accepted, decisions) { answer(group, decided) }
         } catch {
-            for group in accepted { answers[group.line] = invalid(error) }
+            // Nothing of the group was written: decide each line alone, so one failure stays one line's.
+            for group in accepted {
+                do {
+                    answer(group, try ledger.submit(group.submissions, at: group.at))
+                } catch {
+                    answers[group.line] = invalid(error)
+                }
+            }
         }
         return zip(answers, ids).map { answer, id in
             var response = answer ?? invalid(ProtocolError("line was not answered", code: "internal"))
@@ -60,6 +69,9 @@ public struct SubmitProtocol {
             return JSONLine.render(response)
         }
     }
+
+    /// The answer to a line that could not even be read (too long, not UTF-8): `invalid`, nothing appended.
+    public func invalidAnswer(_ message: String) -> String { JSONLine.render(invalid(ProtocolError(message))) }
 
     private func parseLine(_ line: String) throws -> (object: [String: Any], id: Any?) {
         guard line.utf8.count <= Self.maximumLineBytes else {
@@ -69,9 +81,25 @@ public struct SubmitProtocol {
             throw ProtocolError("line is not a JSON object")
         }
         let id = object["id"]
-        if let id, !(id is String || id is NSNumber) { throw ProtocolError("id must be a string or a number") }
+        if let id, !(id is String || (id as? NSNumber).map { !Self.isBoolean($0) } == true) {
+            throw ProtocolError("id must be a string or a number")
+        }
         return (object, id)
     }
+
+    /// A JSON time: an ISO-8601 string or a whole number of milliseconds, within ``LedgerTime/supportedRange``.
+    static func timestamp(_ value: Any) -> Timestamp? {
+        if let text = value as? String { return LedgerTime.parse(text) }
+        guard let number = value as? NSNumber, !isBoolean(number) else { return nil }
+        let double = number.doubleValue
+        guard double.isFinite, double == double.rounded(), Double(LedgerTime.supportedRange.lowerBound) <= double,
+            double <= Double(LedgerTime.supportedRange.upperBound)
+        else { return nil }
+        return number.int64Value
+    }
+
+    /// JSON `true` and `false` arrive as NSNumber too.
+    static func isBoolean(_ number: NSNumber) -> Bool { String(cString: number.objCType) == "c" }
 
     private func invalid(_ error: any Error) -> JSONObject {
         var response: JSONObject = ["decision": Outcome.invalid.rawValue]
@@ -81,6 +109,9 @@ public struct SubmitProtocol {
             response["message"] = error.message
         case let error as VerificationError:
             response["code"] = error.code.rawValue
+            response["message"] = error.message
+        case let error as SubmissionError:
+            response["code"] = error.code
             response["message"] = error.message
         default:
             response["code"] = "internal"
@@ -99,14 +130,13 @@ public struct SubmitProtocol {
             throw ProtocolError("type \(type) is not one of \(Self.types.joined(separator: ", "))")
         }
         let at: Timestamp
-        switch object["at"] {
-        case nil: at = clock()
-        case let text as String:
-            guard let parsed = LedgerTime.parse(text) else { throw ProtocolError("at must be ISO-8601 or milliseconds since the epoch") }
+        if let value = object["at"] {
+            guard let parsed = Self.timestamp(value) else {
+                throw ProtocolError("at must be ISO-8601 or milliseconds since the epoch, from 1970 through 9999")
+            }
             at = parsed
-        case let number as NSNumber where number.doubleValue == number.doubleValue.rounded():
-            at = number.int64Value
-        default: throw ProtocolError("at must be ISO-8601 or milliseconds since the epoch")
+        } else {
+            at = clock()
         }
         switch type {
         case "notification":

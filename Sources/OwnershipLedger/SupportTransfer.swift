@@ -72,6 +72,33 @@ public struct SupportRefusal: Error, CustomStringConvertible, Sendable {
     public var description: String { "\(outcome.step) refused: \(outcome.refusalReason ?? "unknown")" }
 }
 
+/// A support input refused before anything was recorded: a malformed case or staff id, or a
+/// free-text field of a transfer request that holds a customer identifier.
+public struct SupportInputError: Error, CustomStringConvertible, Equatable, Sendable {
+    /// The input at fault.
+    public enum Field: String, Sendable {
+        case caseId = "case id"
+        case staff = "staff id"
+        case administrator = "administrator staff id"
+        case operator_ = "operator staff id"
+        case approver = "approver staff id"
+        case reason = "reason"
+        case targetAuthentication = "target authentication"
+        case ownershipEvidence = "ownership evidence"
+    }
+
+    public var field: Field
+    /// What is wrong with it, as a sentence fragment following the field's name.
+    public var problem: String
+
+    public init(field: Field, problem: String) {
+        self.field = field
+        self.problem = problem
+    }
+
+    public var description: String { "the \(field.rawValue) \(problem)" }
+}
+
 /// One audit entry with its signature checked again against the roster as it was at that point.
 public struct AuditRecord: Sendable {
     public var entry: AuditEntry
@@ -87,6 +114,7 @@ extension Ledger {
     /// Enrols the first roster administrator (what `ledger init --admin` does). Refused once the roster
     /// has anyone in it: every later change is signed by an administrator.
     public func enrollFirstAdministrator(_ staff: StaffID, publicKey: Ed25519PublicKey, at: Timestamp = LedgerTime.now()) throws {
+        try Self.checkIdentifier(staff, field: .administrator)
         try store.write { session in
             let state = try session.reader.loadState()
             guard state.staff.isEmpty else {
@@ -97,10 +125,6 @@ extension Ledger {
                             TransferDecider.Check(
                                 name: "roster-empty", passed: false, detail: "the roster already has members; ask an administrator")
                         ]))
-            }
-            guard !staff.isEmpty else {
-                throw SupportRefusal(
-                    outcome: outcome("enroll", checks: [TransferDecider.Check(name: "staff-id", passed: false, detail: "empty staff id")]))
             }
             let event = LedgerEvent.staffEnrolled(
                 StaffEnrolled(
@@ -116,7 +140,9 @@ extension Ledger {
         _ staff: StaffID, roles: StaffRoles, publicKey: Ed25519PublicKey, ownAccountUID: String?, administrator: StaffID,
         administratorKey: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
     ) throws -> SupportOutcome {
-        try store.write { session in
+        try Self.checkIdentifier(staff, field: .staff)
+        try Self.checkIdentifier(administrator, field: .administrator)
+        return try store.write { session in
             let ownAccount = try ownAccountUID.map { try session.pseudonym(forUID: $0) }
             var enrolment = StaffEnrolled(
                 staff: staff, roles: roles, publicKey: publicKey.rawRepresentation, ownAccount: ownAccount,
@@ -136,7 +162,9 @@ extension Ledger {
     public func removeStaff(
         _ staff: StaffID, administrator: StaffID, administratorKey: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
     ) throws -> SupportOutcome {
-        try store.write { session in
+        try Self.checkIdentifier(staff, field: .staff)
+        try Self.checkIdentifier(administrator, field: .administrator)
+        return try store.write { session in
             var removal = StaffRemoved(staff: staff, removedBy: administrator, signature: [])
             removal.signature = try administratorKey.sign(removal.signedMessage)
             let state = try session.reader.loadState()
@@ -153,9 +181,17 @@ extension Ledger {
 
     /// The operator opens a transfer: computes the plan and its digest, signs the digest with `key`,
     /// and appends `transferRequested`, or only a `transferRefused` record when a safeguard fails.
+    ///
+    /// Throws ``SupportInputError`` (recording nothing) for a malformed case or operator id, or when the
+    /// case id, reason, target authentication or ownership evidence contains the target account's UID,
+    /// the current owner's UID or the original transaction id: those fields are kept in clear in the
+    /// immutable log, where no customer identifier may be written.
     public func requestTransfer(
         _ input: TransferRequestInput, operator staff: StaffID, key: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
     ) throws -> SupportOutcome {
+        try Self.checkIdentifier(input.caseId, field: .caseId)
+        try Self.checkIdentifier(staff, field: .operator_)
+        try Self.checkNoCustomerIdentifiers(in: input, sourceUID: nil)
         let lineage = self.lineage(originalTransactionId: input.originalTransactionId, environment: input.environment)
         return try store.write { session in
             let target = try session.pseudonym(forUID: input.targetUID)
@@ -170,6 +206,10 @@ extension Ledger {
                 case .bound(let account): .bound(account)
                 case .tombstoned(let account): .tombstoned(account)
                 }
+            if let source, let sourceUID = try session.reader.uid(of: source.account) {
+                // Throwing aborts the write transaction: nothing is appended or saved.
+                try Self.checkNoCustomerIdentifiers(in: input, sourceUID: sourceUID)
+            }
             if let source {
                 let plan = TransferPlan(
                     caseId: input.caseId, lineage: lineage, source: source, target: target, lineageVersion: version,
@@ -198,7 +238,9 @@ extension Ledger {
     public func approveTransfer(
         caseId: String, approver staff: StaffID, key: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
     ) throws -> SupportOutcome {
-        try store.write { session in
+        try Self.checkIdentifier(caseId, field: .caseId)
+        try Self.checkIdentifier(staff, field: .approver)
+        return try store.write { session in
             let state = try loadCase(caseId, reader: session.reader)
             var result = try describe(caseId, state: state, reader: session.reader, step: "approve")
             let digest = state.transfers[caseId]?.request.planDigest ?? .zero
@@ -217,7 +259,8 @@ extension Ledger {
     /// The dry run of case `caseId`: the plan, who requested and approved it, every safeguard, and what
     /// applying it would change. Appends nothing.
     public func reviewTransfer(caseId: String) throws -> SupportOutcome {
-        try store.read { reader in
+        try Self.checkIdentifier(caseId, field: .caseId)
+        return try store.read { reader in
             let state = try loadCase(caseId, reader: reader)
             var result = try describe(caseId, state: state, reader: reader, step: "dry-run")
             let version = try result.plan.map { try reader.lineageVersion($0.lineage) } ?? 0
@@ -236,7 +279,9 @@ extension Ledger {
     public func applyTransfer(
         caseId: String, staff: StaffID, key: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
     ) throws -> SupportOutcome {
-        try store.write { session in
+        try Self.checkIdentifier(caseId, field: .caseId)
+        try Self.checkIdentifier(staff, field: .staff)
+        return try store.write { session in
             let state = try loadCase(caseId, reader: session.reader)
             var result = try describe(caseId, state: state, reader: session.reader, step: "apply")
             let version = try result.plan.map { try session.reader.lineageVersion($0.lineage) } ?? 0
@@ -312,6 +357,60 @@ extension Ledger {
             }
             return true
         }
+    }
+
+    // MARK: Input checks
+
+    /// The longest case or staff id, in UTF-8 bytes (they are read-model keys; LMDB keys are short).
+    public static let maxIdentifierBytes = 128
+
+    /// Throws ``SupportInputError`` naming `field` unless `value` is 1 to ``maxIdentifierBytes`` bytes
+    /// of printable ASCII without whitespace (`!` to `~`), as every case id and staff id must be.
+    public static func checkIdentifier(_ value: String, field: SupportInputError.Field) throws {
+        let bytes = value.utf8
+        let rule = "give 1 to \(maxIdentifierBytes) printable ASCII characters without whitespace"
+        guard !bytes.isEmpty else { throw SupportInputError(field: field, problem: "is empty: \(rule)") }
+        guard bytes.count <= maxIdentifierBytes else {
+            throw SupportInputError(field: field, problem: "is \(bytes.count) bytes long: \(rule)")
+        }
+        guard bytes.allSatisfy({ (0x21...0x7E).contains($0) }) else {
+            throw SupportInputError(field: field, problem: "contains whitespace, a control or a non-ASCII character: \(rule)")
+        }
+    }
+
+    /// Throws ``SupportInputError`` naming the first of the request's case id, reason, target
+    /// authentication and ownership evidence that contains the target UID, `sourceUID` (the current
+    /// owner's UID, when known) or the original transaction id (case-sensitive; empty identifiers are
+    /// ignored). These fields are kept in clear in the immutable log, where no customer identifier may go.
+    static func checkNoCustomerIdentifiers(in input: TransferRequestInput, sourceUID: String?) throws {
+        let identifiers = [
+            ("the target account's UID", input.targetUID), ("the current owner's account UID", sourceUID ?? ""),
+            ("the original transaction id", input.originalTransactionId),
+        ]
+        let fields: [(SupportInputError.Field, String)] = [
+            (.caseId, input.caseId), (.reason, input.reason), (.targetAuthentication, input.targetAuthentication),
+            (.ownershipEvidence, input.ownershipEvidence),
+        ]
+        for (field, text) in fields {
+            for (name, identifier) in identifiers where !identifier.isEmpty && Self.bytes(of: text, contain: identifier) {
+                throw SupportInputError(
+                    field: field,
+                    problem:
+                        "contains \(name): it would be kept in clear in the immutable log; describe the case without customer identifiers (UIDs, transaction ids)"
+                )
+            }
+        }
+    }
+
+    /// True when the UTF-8 bytes of `text` contain those of `needle`.
+    static func bytes(of text: String, contain needle: String) -> Bool {
+        let haystack = Array(text.utf8)
+        let pattern = Array(needle.utf8)
+        guard !pattern.isEmpty, pattern.count <= haystack.count else { return pattern.isEmpty }
+        for start in 0...(haystack.count - pattern.count) where haystack[start..<(start + pattern.count)].elementsEqual(pattern) {
+            return true
+        }
+        return false
     }
 
     // MARK: Helpers

@@ -6,11 +6,14 @@ public import LedgerCore
 public enum LedgerTime {
     static let millisecondsPerDay: Int64 = 86_400_000
 
+    /// The times the ledger accepts: 1970-01-01T00:00:00.000Z through 9999-12-31T23:59:59.999Z.
+    public static let supportedRange: ClosedRange<Timestamp> = 0...253_402_300_799_999
+
     /// Parses `2026-11-29T12:00:00Z`, `2026-11-29T12:00:00.250Z`, `2026-11-29T13:00:00+01:00` or
     /// `1764417600000`; nil otherwise.
     public static func parse(_ text: String) -> Timestamp? {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
-        if let ms = Int64(trimmed) { return ms }
+        if let ms = Int64(trimmed) { return supportedRange.contains(ms) ? ms : nil }
         let c = Array(trimmed.utf8)
         func number(_ range: Range<Int>) -> Int64? {
             guard range.upperBound <= c.count else { return nil }
@@ -53,11 +56,14 @@ public enum LedgerTime {
             return nil
         }
         let days = daysFromCivil(year: year, month: month, day: day)
-        return days * millisecondsPerDay + ((hour * 60 + minute) * 60 + second) * 1000 + fraction - offset
+        let time = days * millisecondsPerDay + ((hour * 60 + minute) * 60 + second) * 1000 + fraction - offset
+        return supportedRange.contains(time) ? time : nil
     }
 
-    /// ISO-8601 with milliseconds, UTC: `2026-11-29T12:00:00.000Z`.
+    /// ISO-8601 with milliseconds, UTC: `2026-11-29T12:00:00.000Z`. A time beyond ±100,000 years
+    /// (never accepted, but possible in a hand-made record) prints as its number of milliseconds.
     public static func format(_ time: Timestamp) -> String {
+        guard (-3_155_760_000_000_000...3_155_760_000_000_000).contains(time) else { return "\(time)ms" }
         let days = time >= 0 ? time / millisecondsPerDay : (time - millisecondsPerDay + 1) / millisecondsPerDay
         let ms = time - days * millisecondsPerDay
         let (year, month, day) = civilFromDays(days)

@@ -24,9 +24,19 @@ struct SubmitCommand: Subcommand {
         let protocolHandler = SubmitProtocol(ledger: ledger, trustDecoded: arguments.flags.contains("trust-decoded"))
         var input = LineBatches(fileDescriptor: STDIN_FILENO, maximumLineBytes: SubmitProtocol.maximumLineBytes)
         while let batch = input.next(upTo: 1_000) {
-            let lines = batch.filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty }
-            guard !lines.isEmpty else { continue }
-            console.out(protocolHandler.respond(to: lines).joined(separator: "\n"))
+            // Blank lines get no answer; every other line gets exactly one, in order.
+            let lines = batch.filter {
+                if case .text(let text) = $0 { return !text.trimmingCharacters(in: .whitespaces).isEmpty }
+                return true
+            }
+            var answers = protocolHandler.respond(to: lines.compactMap(\.text)).makeIterator()
+            let output = lines.map { line in
+                switch line {
+                case .text: answers.next() ?? ""
+                case .unreadable(let reason): protocolHandler.invalidAnswer(reason)
+                }
+            }
+            if !output.isEmpty { console.out(output.joined(separator: "\n")) }
         }
         return .success
     }
@@ -125,6 +135,17 @@ struct InspectJWSCommand: Subcommand {
     }
 }
 
+/// One input line as read: its text, or why it cannot be read (too long, not UTF-8).
+enum InputLine: Equatable {
+    case text(String)
+    case unreadable(String)
+
+    var text: String? {
+        if case .text(let text) = self { return text }
+        return nil
+    }
+}
+
 /// Reads lines from a file descriptor in batches of whatever has already arrived, so a stream of
 /// submissions shares one commit (group commit) while a verifier that sends one line and waits for
 /// its answer is answered at once.
@@ -142,14 +163,14 @@ struct LineBatches {
     }
 
     /// The next lines (at most `limit`), waiting for at least one; nil at the end of input.
-    mutating func next(upTo limit: Int) -> [String]? {
-        var lines: [String] = []
+    mutating func next(upTo limit: Int) -> [InputLine]? {
+        var lines: [InputLine] = []
         while lines.isEmpty {
             take(into: &lines, limit: limit)
             if !lines.isEmpty { break }
             if endOfInput {
                 guard !buffer.isEmpty else { return nil }
-                lines.append(String(decoding: buffer, as: UTF8.self))
+                lines.append(Self.line(buffer[...]))
                 buffer.removeAll()
                 break
             }
@@ -162,20 +183,25 @@ struct LineBatches {
         return lines
     }
 
-    private mutating func take(into lines: inout [String], limit: Int) {
+    private static func line(_ bytes: ArraySlice<UInt8>) -> InputLine {
+        guard let text = String(validating: bytes, as: UTF8.self) else { return .unreadable("line is not valid UTF-8") }
+        return .text(text)
+    }
+
+    private mutating func take(into lines: inout [InputLine], limit: Int) {
         var start = 0
         while lines.count < limit, let newline = buffer[start...].firstIndex(of: 0x0A) {
             if discarding {
                 discarding = false
             } else {
-                lines.append(String(decoding: buffer[start..<newline], as: UTF8.self))
+                lines.append(Self.line(buffer[start..<newline]))
             }
             start = newline + 1
         }
         buffer.removeFirst(start)
         if buffer.count > maximumLineBytes && !discarding {
-            // Answer the oversized line as invalid (the protocol rejects its length) and skip the rest of it.
-            lines.append(String(repeating: " ", count: maximumLineBytes + 1))
+            // Answer the oversized line as invalid and skip the rest of it.
+            lines.append(.unreadable("line is longer than \(maximumLineBytes) bytes"))
             buffer.removeAll()
             discarding = true
         } else if discarding {

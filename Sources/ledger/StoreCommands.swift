@@ -46,11 +46,16 @@ struct InitCommand: Subcommand {
         }
         var administrator: (id: String, publicKey: Ed25519PublicKey)?
         if let admin = arguments.value("admin") {
-            guard !admin.isEmpty else { throw CLIError.usage("--admin needs a staff id") }
+            do {
+                try Ledger.checkIdentifier(admin, field: .administrator)
+            } catch let error as SupportInputError {
+                throw CLIError.usage("--admin: \(error)")
+            }
             administrator = (admin, try KeyFiles.publicKey(try arguments.required("admin-public-key"), option: "admin-public-key"))
         } else if arguments.value("admin-public-key") != nil {
             throw CLIError.usage("--admin-public-key needs --admin ID")
         }
+        try prepareDirectory(arguments.store, option: arguments.value("store") == nil ? "the default store" : "--store")
         let ledger = try Ledger.initialize(at: arguments.store, configuration: configuration, administrator: administrator)
         console.out(
             JSONLine.render([
@@ -60,6 +65,32 @@ struct InitCommand: Subcommand {
                 "administrator": administrator?.id ?? NSNull(),
             ]))
         return .success
+    }
+
+    /// Creates `directory` (mode 0700, with its missing parents) unless it exists. A store error (exit 3)
+    /// with the reason when it exists and is not a writable directory, or cannot be created.
+    static func prepareDirectory(_ directory: URL, option: String) throws {
+        let path = directory.standardizedFileURL.path
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) {
+            guard isDirectory.boolValue else {
+                throw CLIError(code: .storeError, message: "\(option) \(path) exists and is not a directory; choose another --store directory")
+            }
+            guard access(path, W_OK | X_OK) == 0 else {
+                throw CLIError(code: .storeError, message: "cannot create the ledger in \(option) \(path): \(String(cString: strerror(errno)))")
+            }
+            return
+        }
+        var prefix = ""
+        for component in path.split(separator: "/", omittingEmptySubsequences: true) {
+            prefix += "/" + component
+            if mkdir(prefix, 0o700) == 0 { continue }
+            let code = errno
+            var info = stat()
+            if code == EEXIST, stat(prefix, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { continue }
+            let reason = code == EEXIST ? "\(prefix) is not a directory" : "\(prefix): \(String(cString: strerror(code)))"
+            throw CLIError(code: .storeError, message: "cannot create \(option) \(path): \(reason)")
+        }
     }
 
     static func readCertificate(_ path: String) throws -> Data {

@@ -31,6 +31,10 @@ struct SupportCommand: Subcommand {
                    the lineage, ends the previous account's live entitlement and appends the audit record.
                    It never grants: the customer must then run Restore Purchases on the target account.
 
+        Case and staff ids are 1 to 128 printable ASCII characters without whitespace. --reason, --target-auth
+        and --evidence are kept in clear in the immutable log: they must not contain customer identifiers,
+        and a request whose case id or text holds the target UID, the current owner's UID or the original
+        transaction id is refused (exit 2) before anything is recorded.
         A refused request, approval or apply appends only a transfer-refused record. Output is JSON.
         Exit 0 when the step was done (or a dry run finds every safeguard holds), 1 when refused, 2 usage.
         The first roster administrator is set by `ledger init --admin ID --admin-public-key FILE`.
@@ -56,6 +60,29 @@ struct SupportCommand: Subcommand {
             throw CLIError.usage("--\(option) is not an option of `support \(sub)`")
         }
         if arguments.flags.contains("apply") && sub != "transfer" { throw CLIError.usage("--apply belongs to `support transfer`") }
+        do {
+            return try dispatch(sub, arguments, console: console)
+        } catch let error as SupportInputError {
+            throw CLIError.usage("--\(option(for: error.field)): \(error)")
+        }
+    }
+
+    /// The option that gives `field` (`--admin` also in `ledger init`).
+    static func option(for field: SupportInputError.Field) -> String {
+        switch field {
+        case .caseId: "case"
+        case .staff: "staff"
+        case .administrator: "admin"
+        case .operator_: "operator"
+        case .approver: "approver"
+        case .reason: "reason"
+        case .targetAuthentication: "target-auth"
+        case .ownershipEvidence: "evidence"
+        }
+    }
+
+    /// Runs subcommand `sub` (already checked against its options).
+    static func dispatch(_ sub: String, _ arguments: Arguments, console: Console) throws -> ExitCode {
         switch sub {
         case "keygen": return try keygen(arguments, console: console)
         case "enroll":
@@ -322,7 +349,8 @@ extension DemoScript {
             console.out("  \(title.padding(toLength: 58, withPad: " ", startingAt: 0)) → \(result)")
         }
         let input = TransferRequestInput(
-            caseId: "DEMO-1", reason: "carol deleted her account and signed up again as carol2", originalTransactionId: c,
+            caseId: "DEMO-1", reason: "customer deleted the account and signed up again; identity confirmed by support",
+            originalTransactionId: c,
             targetUID: "carol2", targetAuthentication: "firebase re-auth + email OTP",
             ownershipEvidence: "Apple order id MK7Q2X9P looked up in App Store Connect")
         let request = try ledger.requestTransfer(input, operator: "olivia", key: olivia, at: t)

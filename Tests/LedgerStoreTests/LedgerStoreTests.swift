@@ -215,3 +215,16 @@ enum RecordFixtures {
         #expect(try ledger.binding(originalTransactionId: "1").uid == "alice")
     }
 }
+
+@Suite struct WrongKeyTests {
+    @Test func openingWithAnotherStoresKeyIsRefused() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        _ = try LedgerStore.create(at: directory.path("a"), configuration: [])
+        _ = try LedgerStore.create(at: directory.path("b"), configuration: [])
+        let key = directory.path("a/ledger.key")
+        try FileManager.default.removeItem(at: key)
+        try FileManager.default.copyItem(at: directory.path("b/ledger.key"), to: key)
+        #expect(throws: LedgerStoreError.wrongKey(path: key.path)) { try LedgerStore(opening: directory.path("a")) }
+    }
+}

@@ -125,8 +125,12 @@ public enum LedgerBinary {
 
     /// Runs `ledger arguments…` with `stdin`, waiting for it to exit.
     public static func run(_ arguments: [String], stdin: String = "", currentDirectory: URL? = nil) throws -> Result {
-        let process = try start(arguments, stdin: stdin, currentDirectory: currentDirectory)
-        return process.wait()
+        try run(arguments, stdinData: Data(stdin.utf8), currentDirectory: currentDirectory)
+    }
+
+    /// Runs `ledger arguments…` with raw bytes on standard input.
+    public static func run(_ arguments: [String], stdinData: Data, currentDirectory: URL? = nil) throws -> Result {
+        try start(arguments, stdinData: stdinData, currentDirectory: currentDirectory).wait()
     }
 
     /// A started `ledger` process.
@@ -152,6 +156,11 @@ public enum LedgerBinary {
 
     /// Starts `ledger arguments…` without waiting.
     public static func start(_ arguments: [String], stdin: String = "", currentDirectory: URL? = nil) throws -> Running {
+        try start(arguments, stdinData: Data(stdin.utf8), currentDirectory: currentDirectory)
+    }
+
+    /// Starts `ledger arguments…` with raw bytes on standard input, without waiting.
+    public static func start(_ arguments: [String], stdinData: Data, currentDirectory: URL? = nil) throws -> Running {
         let process = Process()
         process.executableURL = url
         process.arguments = arguments
@@ -163,7 +172,7 @@ public enum LedgerBinary {
         process.standardOutput = out
         process.standardError = err
         try process.run()
-        let data = Data(stdin.utf8)
+        let data = stdinData
         DispatchQueue.global().async {
             input.fileHandleForWriting.write(data)
             try? input.fileHandleForWriting.close()

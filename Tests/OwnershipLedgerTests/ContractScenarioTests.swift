@@ -3,6 +3,7 @@ import LedgerCore
 import LedgerStore
 import LedgerTestSupport
 import OwnershipLedger
+import Projections
 import Testing
 
 /// The binding contract's scenarios through the library API (the protocol handler of `ledger submit`).
@@ -215,6 +216,22 @@ import Testing
         #expect(notify("EXPIRED", "r4")["decision"] as? String == "recorded")
         #expect(try activeProducts("alice", at: t + 2 * day) == [])
         try expectIntact()
+    }
+
+    @Test func pointInTimeQueriesCutTheLogSoOutOfOrderTimesNeverShowAStateThatDidNotExist() throws {
+        defer { directory.remove() }
+        // A verifier submits the purchase with a later time than the deletion that follows it.
+        purchase("alice", "4200", at: t + 30 * day)
+        send(["type": "delete-account", "account": "alice", "at": t])
+        let records = try ledger.store.records()
+        // Before any record: unbound. At the deletion's time: the log through the deletion, which
+        // includes the purchase it followed (filtering by time would tombstone a never-bound lineage).
+        #expect(try ledger.binding(originalTransactionId: "4200", at: t - day).state == "unbound")
+        let state = try ledger.state(lineages: [ledger.lineage(originalTransactionId: "4200")], asOf: t)
+        #expect(state == StateProjection.fold(records.map(\.event)))
+        #expect(try ledger.binding(originalTransactionId: "4200", at: t).state == "tombstoned")
+        #expect(Array(records.prefix(throughRecordedAt: t)) == records)
+        #expect(records.prefix(throughRecordedAt: t - 1).isEmpty)
     }
 
     @Test func anEntitlementIsActiveOnlyBeforeItsLatestVerifiedExpiry() throws {

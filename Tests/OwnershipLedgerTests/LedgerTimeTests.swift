@@ -11,7 +11,6 @@ import Testing
         ("2026-11-29T13:30:00+01:30", 1_795_953_600_000),
         ("2026-11-29T10:00:00-02:00", 1_795_953_600_000),
         ("2024-02-29T23:59:59.999Z", 1_709_251_199_999),
-        ("1969-12-31T23:59:59.999Z", -1),
         ("1795953600000", 1_795_953_600_000),
     ])
     func parses(text: String, expected: Int64) {
@@ -20,7 +19,7 @@ import Testing
 
     @Test(arguments: [
         "", "yesterday", "2026-11-29", "2026-13-01T00:00:00Z", "2026-02-30T00:00:00Z", "2026-11-29T12:00:00", "2026-11-29T25:00:00Z",
-        "2026-11-29T12:00:00.Z", "2026-11-29T12:00:00Zjunk",
+        "2026-11-29T12:00:00.Z", "2026-11-29T12:00:00Zjunk", "1969-12-31T23:59:59.999Z", "-1", "253402300800000",
     ])
     func rejects(text: String) {
         #expect(LedgerTime.parse(text) == nil)
@@ -31,7 +30,7 @@ import Testing
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         var random = SeededGenerator(state: 7)
         for _ in 0..<2_000 {
-            let time = Int64.random(in: -2_208_988_800_000...4_102_444_800_000, using: &random)
+            let time = Int64.random(in: LedgerTime.supportedRange, using: &random)
             let text = LedgerTime.format(time)
             #expect(LedgerTime.parse(text) == time)
             #expect(text == formatter.string(from: Date(timeIntervalSince1970: Double(time) / 1000)), "\(time)")

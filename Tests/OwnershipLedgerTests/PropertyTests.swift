@@ -22,6 +22,7 @@ import Testing
         var checked: UInt64 = 0
         var outcomes: [String: Int] = [:]
         var time = Fixtures.start
+        var sentNotifications: [[String: Any]] = []
         for step in 0..<1_500 {
             time += Int64.random(in: 1...(3 * Fixtures.day), using: &random)
             let otid = lineages.randomElement(using: &random) ?? "0"
@@ -35,19 +36,25 @@ import Testing
             case 3...4: line = ["type": "restore", "account": uid, "transaction": transaction, "at": time]
             case 5: line = ["type": "renewal", "account": uid, "transaction": transaction, "at": time]
             case 6...8:
+                if let earlier = sentNotifications.randomElement(using: &random), Int.random(in: 0..<5, using: &random) == 0 {
+                    line = earlier  // App Store redelivers a notification: same UUID, same content
+                    break
+                }
                 let type = types.randomElement(using: &random) ?? "DID_RENEW"
                 var revoked = transaction
                 if type == "REFUND" || type == "REVOKE" { revoked["revocationDate"] = time }
                 line = [
-                    "type": "notification", "notification": Fixtures.notification(type, uuid: "n-\(step % 1_400)", transaction: revoked, at: time),
+                    "type": "notification", "notification": Fixtures.notification(type, uuid: "n-\(step)", transaction: revoked, at: time),
                     "at": time,
                 ]
+                sentNotifications.append(line)
             default: line = ["type": "delete-account", "account": uid, "at": time]
             }
             let response = Fixtures.object(submit.respond(to: Fixtures.line(line)))
             let decision = response["decision"] as? String ?? "none"
             #expect(decision != "invalid", "step \(step): \(response)")
             outcomes["\(decision)/\(response["code"] ?? "")", default: 0] += 1
+            if response["duplicate"] as? Bool == true { outcomes["duplicate", default: 0] += 1 }
 
             // Feed the new records to the checker and compare its fresh fold with the persisted models.
             for record in try ledger.store.records(from: checked + 1) { checker.check(record) }
@@ -58,7 +65,7 @@ import Testing
             if !checker.violations.isEmpty { break }
         }
         // The histories exercised every kind of decision.
-        for key in ["granted/ok", "denied/permission-denied", "denied/family-sharing-unsupported", "recorded/ok", "ignored/not-bound"] {
+        for key in ["duplicate", "granted/ok", "denied/permission-denied", "denied/family-sharing-unsupported", "recorded/ok", "ignored/not-bound"] {
             #expect((outcomes[key] ?? 0) > 0, "no \(key) in \(outcomes)")
         }
         let report = try ledger.store.rebuildReadModels(repair: false)

@@ -451,7 +451,7 @@ import Testing
         ]
         #expect(try ledger(["submit", "--trust-decoded"], stdin: lines.map(Fixtures.line).joined(separator: "\n") + "\n").status == 0)
         let request = try ledger([
-            "support", "request", "--case", "CASE-7", "--reason", "carol deleted her account and signed up again as carol2",
+            "support", "request", "--case", "CASE-7", "--reason", "customer deleted the account and signed up again",
             "--original-transaction-id", "5001", "--environment", "Sandbox", "--target-account", "carol2", "--target-auth",
             "firebase re-auth + email OTP", "--evidence", "Apple order id MK7Q2X9P", "--operator", "olivia", "--key", key("olivia"),
         ])
@@ -495,5 +495,229 @@ import Testing
         #expect(byCase == ["transfer-requested", "transfer-refused", "transfer-approved", "transfer-applied", "transfer-refused"])
         let verify = try ledger(["verify"])
         #expect(verify.status == 0, "\(verify.stdout)")
+        // No customer UID or Apple transaction id of the scenario is anywhere in the store.
+        for secret in ["carol", "olivia-personal", "adam-personal", "5001"] {
+            #expect(!Fixtures.anyFile(in: dir.path("store"), contains: secret), "\(secret) is in the store")
+        }
+    }
+
+    // MARK: Customer identifiers in free text (privacy)
+
+    @Test func requestRefusesCustomerIdentifiersInItsFreeTextBeforeRecordingAnything() throws {
+        defer { directory.remove() }
+        purchase("alice", "1001", at: t)
+        let before = try head()
+        let identifiers = ["bob", "alice", "1001"]  // target UID, current owner's UID, original transaction id
+        let fields: [(SupportInputError.Field, WritableKeyPath<TransferRequestInput, String>)] = [
+            (.reason, \.reason), (.targetAuthentication, \.targetAuthentication), (.ownershipEvidence, \.ownershipEvidence),
+            (.caseId, \.caseId),
+        ]
+        for (field, path) in fields {
+            for identifier in identifiers {
+                var request = input("C-1")
+                request[keyPath: path] = field == .caseId ? "C-\(identifier)" : "text mentioning \(identifier) in passing"
+                do {
+                    _ = try ledger.requestTransfer(request, operator: "olivia", key: olivia, at: t + day)
+                    Issue.record("\(field) holding \(identifier) was accepted")
+                } catch let error as SupportInputError {
+                    #expect(error.field == field)
+                    #expect(error.description.contains(field.rawValue))
+                    #expect(error.description.contains("customer identifiers"))
+                    #expect(!error.description.contains(identifier), "the message repeats the identifier")
+                }
+            }
+        }
+        #expect(try head() == before)
+        // The transaction was aborted: not even the target's pseudonym was kept.
+        #expect(try ledger.store.read { try $0.pseudonym(ofUID: "bob") } == nil)
+        // The same request without identifiers goes through.
+        #expect(try ledger.requestTransfer(input("C-1"), operator: "olivia", key: olivia, at: t + day).accepted)
+        try expectIntact()
+    }
+
+    @Test func supportRecoveryInTheDemoWritesNoCustomerIdentifierToTheStore() throws {
+        defer { directory.remove() }
+        let dir = TemporaryDirectory("ledger-support-demo")
+        defer { dir.remove() }
+        let demo = try LedgerBinary.run(["demo", "--store", dir.path("store").path])
+        #expect(demo.status == 0, "\(demo.stderr)")
+        #expect(demo.stdout.contains("olivia applies the transfer"))
+        for uid in ["carol", "carol2", "alice", "bob", "erin"] {
+            #expect(!Fixtures.anyFile(in: dir.path("store"), contains: uid), "\(uid) is in the demo store")
+        }
+        // The log itself holds no Apple transaction id either (the dispute bundle beside it names its lineage).
+        let data = try Data(contentsOf: dir.path("store/data.mdb"))
+        for id in ["2000000000000001", "2000000000000002", "2000000000000003", "2000000000000101", "2000000000000202"] {
+            #expect(data.range(of: Data(id.utf8)) == nil, "\(id) is in data.mdb")
+        }
+    }
+
+    @Test func requestNamingTheCustomerIsRefusedThroughTheBinaryAndRecordsNothing() throws {
+        defer { directory.remove() }
+        let dir = TemporaryDirectory("ledger-support-privacy")
+        defer { dir.remove() }
+        let store = dir.path("store").path
+        let keyFile = dir.path("root.key").path
+        #expect(try LedgerBinary.run(["support", "keygen", "--out", keyFile]).status == 0)
+        let created = try LedgerBinary.run([
+            "init", "--store", store, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox", "--admin", "root", "--admin-public-key",
+            keyFile + ".pub",
+        ])
+        #expect(created.status == 0, "\(created.stderr)")
+        let line = Fixtures.line(["type": "purchase", "account": "dana-uid-77", "transaction": Fixtures.transaction("8001", at: t), "at": t])
+        #expect(try LedgerBinary.run(["submit", "--trust-decoded", "--store", store], stdin: line + "\n").status == 0)
+        let records = try LedgerBinary.run(["stats", "--store", store]).json["records"] as? Int
+        for (option, text) in [
+            ("reason", "dana-uid-77 lost access"), ("target-auth", "re-auth of dana-uid-78"), ("evidence", "transaction 8001 in App Store Connect"),
+        ] {
+            var arguments = [
+                "support", "request", "--store", store, "--case", "CASE-1", "--original-transaction-id", "8001", "--environment", "Sandbox",
+                "--target-account", "dana-uid-78", "--operator", "root", "--key", keyFile, "--reason", "lost access", "--target-auth", "re-auth",
+                "--evidence", "order lookup",
+            ]
+            arguments += ["--\(option)", text]
+            let refused = try LedgerBinary.run(arguments)
+            #expect(refused.status == 2, "\(refused.stderr)")
+            #expect(refused.stderr.contains("--\(option)"), "\(refused.stderr)")
+            #expect(refused.stderr.contains("customer identifiers"), "\(refused.stderr)")
+        }
+        #expect(try LedgerBinary.run(["stats", "--store", store]).json["records"] as? Int == records)
+        for secret in ["dana-uid-77", "dana-uid-78", "8001"] {
+            #expect(!Fixtures.anyFile(in: dir.path("store"), contains: secret), "\(secret) is in the store")
+        }
+    }
+
+    // MARK: Case and staff ids
+
+    @Test func caseAndStaffIdsMustBeShortPrintableTokens() throws {
+        defer { directory.remove() }
+        purchase("alice", "1001", at: t)
+        let before = try head()
+        let long = String(repeating: "x", count: 600)
+        for bad in ["", long, "C 1", "C-1\n", "C\u{7}1", "Cé1", String(repeating: "x", count: Ledger.maxIdentifierBytes + 1)] {
+            func expectRefused(_ field: SupportInputError.Field, _ body: () throws -> Void) {
+                do {
+                    try body()
+                    Issue.record("\(field) \(bad.debugDescription) was accepted")
+                } catch let error as SupportInputError {
+                    #expect(error.field == field)
+                    #expect(error.description.contains(field.rawValue))
+                } catch {
+                    Issue.record("\(field) \(bad.debugDescription): \(error)")
+                }
+            }
+            expectRefused(.caseId) { _ = try ledger.requestTransfer(input(bad), operator: "olivia", key: olivia, at: t + day) }
+            expectRefused(.operator_) { _ = try ledger.requestTransfer(input("C-1"), operator: bad, key: olivia, at: t + day) }
+            expectRefused(.caseId) { _ = try ledger.approveTransfer(caseId: bad, approver: "adam", key: adam, at: t + day) }
+            expectRefused(.approver) { _ = try ledger.approveTransfer(caseId: "C-1", approver: bad, key: adam, at: t + day) }
+            expectRefused(.caseId) { _ = try ledger.reviewTransfer(caseId: bad) }
+            expectRefused(.caseId) { _ = try ledger.applyTransfer(caseId: bad, staff: "olivia", key: olivia, at: t + day) }
+            expectRefused(.staff) { _ = try ledger.applyTransfer(caseId: "C-1", staff: bad, key: olivia, at: t + day) }
+            let key = try Ed25519PrivateKey.generate()
+            expectRefused(.staff) {
+                _ = try ledger.enrollStaff(
+                    bad, roles: .approver, publicKey: key.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root, at: t)
+            }
+            expectRefused(.administrator) {
+                _ = try ledger.enrollStaff(
+                    "newbie", roles: .approver, publicKey: key.publicKey, ownAccountUID: nil, administrator: bad, administratorKey: root, at: t)
+            }
+            expectRefused(.staff) { _ = try ledger.removeStaff(bad, administrator: "root", administratorKey: root, at: t) }
+            expectRefused(.administrator) { try ledger.enrollFirstAdministrator(bad, publicKey: key.publicKey, at: t) }
+        }
+        #expect(try head() == before)
+        // 128 bytes of printable ASCII is fine.
+        let longest = String(repeating: "C", count: Ledger.maxIdentifierBytes)
+        let request = try ledger.requestTransfer(input(longest), operator: "olivia", key: olivia, at: t + day)
+        #expect(request.accepted, "\(request.refusalReason ?? "")")
+        #expect(try ledger.reviewTransfer(caseId: longest).caseId == longest)
+        try expectIntact()
+    }
+
+    @Test func overlongIdsThroughTheBinaryAreUsageErrorsNamingTheOption() throws {
+        defer { directory.remove() }
+        let dir = TemporaryDirectory("ledger-support-ids")
+        defer { dir.remove() }
+        let store = dir.path("store").path
+        let keyFile = dir.path("root.key").path
+        #expect(try LedgerBinary.run(["support", "keygen", "--out", keyFile]).status == 0)
+        let long = String(repeating: "x", count: 600)
+        let badAdmin = try LedgerBinary.run([
+            "init", "--store", store, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox", "--admin", long, "--admin-public-key",
+            keyFile + ".pub",
+        ])
+        #expect(badAdmin.status == 2, "\(badAdmin.stderr)")
+        #expect(badAdmin.stderr.contains("--admin"))
+        #expect(!FileManager.default.fileExists(atPath: store), "a refused init created the store")
+        let created = try LedgerBinary.run([
+            "init", "--store", store, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox", "--admin", "root", "--admin-public-key",
+            keyFile + ".pub",
+        ])
+        #expect(created.status == 0, "\(created.stderr)")
+        let runs: [(String, [String])] = [
+            (
+                "staff",
+                ["enroll", "--staff", long, "--roles", "approver", "--public-key", keyFile + ".pub", "--admin", "root", "--admin-key", keyFile]
+            ),
+            (
+                "admin",
+                ["enroll", "--staff", "amy", "--roles", "approver", "--public-key", keyFile + ".pub", "--admin", long, "--admin-key", keyFile]
+            ),
+            ("staff", ["remove", "--staff", "amy bob", "--admin", "root", "--admin-key", keyFile]),
+            (
+                "case",
+                [
+                    "request", "--case", long, "--reason", "lost access", "--original-transaction-id", "8001", "--target-account", "uid-2",
+                    "--target-auth", "re-auth", "--evidence", "order lookup", "--operator", "root", "--key", keyFile,
+                ]
+            ),
+            (
+                "operator",
+                [
+                    "request", "--case", "CASE-1", "--reason", "lost access", "--original-transaction-id", "8001", "--target-account", "uid-2",
+                    "--target-auth", "re-auth", "--evidence", "order lookup", "--operator", long, "--key", keyFile,
+                ]
+            ),
+            ("case", ["approve", "--case", long, "--approver", "root", "--key", keyFile]),
+            ("approver", ["approve", "--case", "CASE-1", "--approver", long, "--key", keyFile]),
+            ("case", ["transfer", "--case", long]),
+            ("staff", ["transfer", "--case", "CASE-1", "--apply", "--staff", long, "--key", keyFile]),
+        ]
+        for (option, arguments) in runs {
+            let result = try LedgerBinary.run(["support"] + arguments + ["--store", store])
+            #expect(result.status == 2, "\(arguments.first ?? ""): \(result.stderr)")
+            #expect(result.stderr.contains("--\(option):"), "\(result.stderr)")
+            #expect(!result.stderr.contains("MDB_"), "\(result.stderr)")
+        }
+        #expect(try LedgerBinary.run(["stats", "--store", store]).json["records"] as? Int == 1)
+    }
+
+    // MARK: ledger init --store
+
+    @Test func initReportsAStorePathThatIsAFileOrCannotBeCreated() throws {
+        defer { directory.remove() }
+        let dir = TemporaryDirectory("ledger-init-store")
+        defer { dir.remove() }
+        let file = dir.path("afile").path
+        #expect(FileManager.default.createFile(atPath: file, contents: Data("not a ledger".utf8)))
+        func initialise(_ store: String) throws -> LedgerBinary.Result {
+            try LedgerBinary.run(["init", "--store", store, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"])
+        }
+        let onFile = try initialise(file)
+        #expect(onFile.status == 3)
+        #expect(onFile.stderr.contains("--store \(file) exists and is not a directory"), "\(onFile.stderr)")
+        #expect(!onFile.stderr.contains("NSCocoaErrorDomain"))
+        let below = try initialise(file + "/store")
+        #expect(below.status == 3)
+        #expect(below.stderr.contains("cannot create --store \(file)/store: \(file) is not a directory"), "\(below.stderr)")
+        #expect(!below.stderr.contains("NSCocoaErrorDomain"))
+        #expect(try String(contentsOfFile: file, encoding: .utf8) == "not a ledger")
+        // Missing parents are created, private to the owner.
+        let nested = dir.path("a/b/store").path
+        let created = try initialise(nested)
+        #expect(created.status == 0, "\(created.stderr)")
+        let mode = try FileManager.default.attributesOfItem(atPath: dir.path("a").path)[.posixPermissions] as? Int
+        #expect(mode == 0o700)
+        #expect(try LedgerBinary.run(["verify", "--store", nested]).status == 0)
     }
 }

@@ -1,0 +1,107 @@
+import Foundation
+import LedgerCrypto
+import LedgerTestSupport
+import OwnershipLedger
+import Testing
+
+/// Retries are answered with their first decision only while they cannot change anything.
+@Suite struct IdempotencyTests {
+    let directory = TemporaryDirectory("ledger-idempotency")
+    let root: Ed25519PrivateKey
+    let operatorKey: Ed25519PrivateKey
+    let approverKey: Ed25519PrivateKey
+    let ledger: Ledger
+    let submit: SubmitProtocol
+    let t = Fixtures.start
+    let day = Fixtures.day
+
+    init() throws {
+        root = try Ed25519PrivateKey.generate()
+        operatorKey = try Ed25519PrivateKey.generate()
+        approverKey = try Ed25519PrivateKey.generate()
+        ledger = try Ledger.initialize(
+            at: directory.path("store"), configuration: Fixtures.configuration, administrator: (id: "root", publicKey: root.publicKey))
+        submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+        _ = try ledger.enrollStaff(
+            "ops", roles: .operator_, publicKey: operatorKey.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root,
+            at: t - day)
+        _ = try ledger.enrollStaff(
+            "lead", roles: .approver, publicKey: approverKey.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root,
+            at: t - day)
+    }
+
+    @discardableResult
+    func send(_ object: [String: Any]) -> [String: Any] { Fixtures.object(submit.respond(to: Fixtures.line(object))) }
+
+    @Test func aRestoreRetriedAfterASupportTransferIsDecidedAgainAndGrants() throws {
+        defer { directory.remove() }
+        let transaction = Fixtures.transaction("7000", at: t)
+        send(["type": "purchase", "account": "ann", "transaction": transaction, "at": t])
+        let restore: [String: Any] = ["type": "restore", "account": "ben", "transaction": transaction, "at": t + day]
+        #expect(send(restore)["code"] as? String == "permission-denied")
+        // An immediate retry changes nothing and gets the first answer.
+        #expect(send(restore)["duplicate"] as? Bool == true)
+        let input = TransferRequestInput(
+            caseId: "C-7", reason: "lost access; identity confirmed by support", originalTransactionId: "7000", targetUID: "ben",
+            targetAuthentication: "re-authenticated with email one-time code", ownershipEvidence: "Apple order id lookup MQ12")
+        #expect(try ledger.requestTransfer(input, operator: "ops", key: operatorKey, at: t + 2 * day).accepted)
+        #expect(try ledger.approveTransfer(caseId: "C-7", approver: "lead", key: approverKey, at: t + 2 * day).accepted)
+        #expect(try ledger.applyTransfer(caseId: "C-7", staff: "ops", key: operatorKey, at: t + 3 * day).accepted)
+        // The customer's device sends the very same signed transaction again: decided anew, granted.
+        let retried = send(restore)
+        #expect(retried["decision"] as? String == "granted", "\(retried)")
+        #expect(retried["duplicate"] == nil)
+        #expect(try ledger.account(uid: "ben", at: t + 4 * day).entitlements.first?.active == true)
+        // And a retry of that changes nothing.
+        let head = try ledger.store.head().sequence
+        #expect(send(restore)["duplicate"] as? Bool == true)
+        #expect(try ledger.store.head().sequence == head)
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    @Test func deletingAReusedUIDAgainDeletesTheNewAccount() throws {
+        defer { directory.remove() }
+        send(["type": "purchase", "account": "zed", "transaction": Fixtures.transaction("9000", at: t), "at": t])
+        let deletion: [String: Any] = ["type": "delete-account", "account": "zed", "at": t + day]
+        #expect(send(deletion)["decision"] as? String == "recorded")
+        #expect(send(deletion)["duplicate"] as? Bool == true, "a retried deletion is answered with the first decision")
+        send(["type": "purchase", "account": "zed", "transaction": Fixtures.transaction("8000", at: t + 2 * day), "at": t + 2 * day])
+        let again = send(deletion)
+        #expect(again["decision"] as? String == "recorded")
+        #expect(again["duplicate"] == nil)
+        #expect(try ledger.binding(originalTransactionId: "8000").state == "tombstoned")
+        #expect(try ledger.account(uid: "zed").known == false)
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    @Test func theSameNotificationUUIDWithDifferentContentIsAConflict() throws {
+        defer { directory.remove() }
+        send(["type": "purchase", "account": "ann", "transaction": Fixtures.transaction("6000", at: t), "at": t])
+        let renewal = Fixtures.notification(
+            "DID_RENEW", uuid: "u-1", transaction: Fixtures.transaction("6000", transactionId: "6001", at: t + day), at: t + day)
+        let refund = Fixtures.notification(
+            "REFUND", uuid: "u-1", transaction: Fixtures.transaction("6000", transactionId: "6001", at: t + day, revokedAt: t + day), at: t + day)
+        #expect(send(["type": "notification", "notification": renewal])["decision"] as? String == "granted")
+        let head = try ledger.store.head().sequence
+        let conflict = send(["type": "notification", "notification": refund])
+        #expect(conflict["decision"] as? String == "invalid")
+        #expect(conflict["code"] as? String == "conflict")
+        #expect((conflict["message"] as? String)?.contains("u-1") == true)
+        #expect(try ledger.store.head().sequence == head)
+    }
+}
+
+extension IdempotencyTests {
+    @Test func aPurchaseRetriedAfterARefundIsDecidedAgainAndDenied() throws {
+        defer { directory.remove() }
+        let purchase: [String: Any] = ["type": "purchase", "account": "ann", "transaction": Fixtures.transaction("5100", at: t), "at": t]
+        #expect(send(purchase)["decision"] as? String == "granted")
+        let refund = Fixtures.notification(
+            "REFUND", uuid: "r-5100", transaction: Fixtures.transaction("5100", at: t, revokedAt: t + day), at: t + day)
+        send(["type": "notification", "notification": refund, "at": t + day])
+        let retried = send(purchase)
+        #expect(retried["decision"] as? String == "denied", "\(retried)")
+        #expect(retried["code"] as? String == "revoked")
+        #expect(retried["duplicate"] == nil)
+    }
+}
