@@ -369,6 +369,15 @@ public enum TransferDecider {
                 detail: deleted
                     ? "the target account was deleted"
                     : same ? "the target already owns the lineage" : "the target is a live account other than the owner"))
+        // A transfer resets the entitlement: moving a refunded lineage would let a transaction signed
+        // before the refund grant again on the target.
+        let refunded = state.lineage(plan.lineage).entitlement?.revokedAt != nil
+        checks.append(
+            Check(
+                name: "not-refunded", passed: !refunded,
+                detail: refunded
+                    ? "Apple refunded or revoked this subscription: there is nothing to recover"
+                    : "the subscription is not refunded or revoked"))
         return checks
     }
 

@@ -105,3 +105,22 @@ extension IdempotencyTests {
         #expect(retried["duplicate"] == nil)
     }
 }
+
+extension IdempotencyTests {
+    @Test func aRefundedSubscriptionCannotBeTransferred() throws {
+        defer { directory.remove() }
+        send(["type": "purchase", "account": "ann", "transaction": Fixtures.transaction("5200", at: t), "at": t])
+        let refund = Fixtures.notification(
+            "REFUND", uuid: "r-5200", transaction: Fixtures.transaction("5200", at: t, revokedAt: t + day), at: t + day)
+        send(["type": "notification", "notification": refund, "at": t + day])
+        let input = TransferRequestInput(
+            caseId: "C-52", reason: "customer asks to move a refunded purchase", originalTransactionId: "5200", targetUID: "ben",
+            targetAuthentication: "re-authenticated with email one-time code", ownershipEvidence: "Apple order id lookup MQ52")
+        let request = try ledger.requestTransfer(input, operator: "ops", key: operatorKey, at: t + 2 * day)
+        #expect(!request.accepted)
+        #expect(request.checks.contains { $0.name == "not-refunded" && !$0.passed })
+        // So the transaction signed before the refund can never grant on another account.
+        let restore = send(["type": "restore", "account": "ben", "transaction": Fixtures.transaction("5200", at: t), "at": t + 3 * day])
+        #expect(restore["code"] as? String == "permission-denied")
+    }
+}
