@@ -23,18 +23,9 @@ import Testing
     let adam: Ed25519PrivateKey
 
     init() throws {
-        root = try Ed25519PrivateKey.generate()
-        olivia = try Ed25519PrivateKey.generate()
-        adam = try Ed25519PrivateKey.generate()
-        directory = TemporaryDirectory("ledger-decision-rules")
-        ledger = try Ledger.initialize(
-            at: directory.path("store"), configuration: Fixtures.configuration, administrator: (id: "root", publicKey: root.publicKey))
-        submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
-        let at = Fixtures.start - Fixtures.day
-        _ = try ledger.enrollStaff(
-            "olivia", roles: .operator_, publicKey: olivia.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root, at: at)
-        _ = try ledger.enrollStaff(
-            "adam", roles: .approver, publicKey: adam.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root, at: at)
+        let staffed = try StaffedLedger("ledger-decision-rules")
+        (ledger, directory, submit) = (staffed.ledger, staffed.directory, staffed.submit)
+        (root, olivia, adam) = (staffed.root, staffed.olivia, staffed.adam)
     }
 
     // MARK: Helpers

@@ -6,32 +6,16 @@ import Testing
 
 /// Retries are answered with their first decision only while they cannot change anything.
 @Suite struct IdempotencyTests {
-    let directory = TemporaryDirectory("ledger-idempotency")
-    let root: Ed25519PrivateKey
-    let operatorKey: Ed25519PrivateKey
-    let approverKey: Ed25519PrivateKey
-    let ledger: Ledger
-    let submit: SubmitProtocol
+    let staffed: StaffedLedger
+    var ledger: Ledger { staffed.ledger }
+    var directory: TemporaryDirectory { staffed.directory }
     let t = Fixtures.start
     let day = Fixtures.day
 
-    init() throws {
-        root = try Ed25519PrivateKey.generate()
-        operatorKey = try Ed25519PrivateKey.generate()
-        approverKey = try Ed25519PrivateKey.generate()
-        ledger = try Ledger.initialize(
-            at: directory.path("store"), configuration: Fixtures.configuration, administrator: (id: "root", publicKey: root.publicKey))
-        submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
-        _ = try ledger.enrollStaff(
-            "ops", roles: .operator_, publicKey: operatorKey.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root,
-            at: t - day)
-        _ = try ledger.enrollStaff(
-            "lead", roles: .approver, publicKey: approverKey.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root,
-            at: t - day)
-    }
+    init() throws { staffed = try StaffedLedger("ledger-idempotency") }
 
     @discardableResult
-    func send(_ object: [String: Any]) -> [String: Any] { Fixtures.object(submit.respond(to: Fixtures.line(object))) }
+    func send(_ object: [String: Any]) -> [String: Any] { staffed.send(object) }
 
     @Test func aRestoreRetriedAfterASupportTransferIsDecidedAgainAndGrants() throws {
         defer { directory.remove() }
@@ -44,9 +28,9 @@ import Testing
         let input = TransferRequestInput(
             caseId: "C-7", reason: "lost access; identity confirmed by support", originalTransactionId: "7000", targetUID: "ben",
             targetAuthentication: "re-authenticated with email one-time code", ownershipEvidence: "Apple order id lookup MQ12")
-        #expect(try ledger.requestTransfer(input, operator: "ops", key: operatorKey, at: t + 2 * day).accepted)
-        #expect(try ledger.approveTransfer(caseId: "C-7", approver: "lead", key: approverKey, at: t + 2 * day).accepted)
-        #expect(try ledger.applyTransfer(caseId: "C-7", staff: "ops", key: operatorKey, at: t + 3 * day).accepted)
+        #expect(try ledger.requestTransfer(input, operator: "olivia", key: staffed.olivia, at: t + 2 * day).accepted)
+        #expect(try ledger.approveTransfer(caseId: "C-7", approver: "adam", key: staffed.adam, at: t + 2 * day).accepted)
+        #expect(try ledger.applyTransfer(caseId: "C-7", staff: "olivia", key: staffed.olivia, at: t + 3 * day).accepted)
         // The customer's device sends the very same signed transaction again: decided anew, granted.
         let retried = send(restore)
         #expect(retried["decision"] as? String == "granted", "\(retried)")
@@ -116,7 +100,7 @@ extension IdempotencyTests {
         let input = TransferRequestInput(
             caseId: "C-52", reason: "customer asks to move a refunded purchase", originalTransactionId: "5200", targetUID: "ben",
             targetAuthentication: "re-authenticated with email one-time code", ownershipEvidence: "Apple order id lookup MQ52")
-        let request = try ledger.requestTransfer(input, operator: "ops", key: operatorKey, at: t + 2 * day)
+        let request = try ledger.requestTransfer(input, operator: "olivia", key: staffed.olivia, at: t + 2 * day)
         #expect(!request.accepted)
         #expect(request.checks.contains { $0.name == "not-refunded" && !$0.passed })
         // So the transaction signed before the refund can never grant on another account.

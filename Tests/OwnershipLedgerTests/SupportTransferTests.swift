@@ -24,22 +24,11 @@ import Testing
     let pat: Ed25519PrivateKey
 
     init() throws {
-        root = try Ed25519PrivateKey.generate()
-        olivia = try Ed25519PrivateKey.generate()
-        adam = try Ed25519PrivateKey.generate()
+        let staffed = try StaffedLedger("ledger-support")
+        (ledger, directory, submit) = (staffed.ledger, staffed.directory, staffed.submit)
+        (root, olivia, adam) = (staffed.root, staffed.olivia, staffed.adam)
         pat = try Ed25519PrivateKey.generate()
-        directory = TemporaryDirectory("ledger-support")
-        ledger = try Ledger.initialize(
-            at: directory.path("store"), configuration: Fixtures.configuration, administrator: (id: "root", publicKey: root.publicKey))
-        submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
-        let at = Fixtures.start - Fixtures.day
-        _ = try ledger.enrollStaff(
-            "olivia", roles: .operator_, publicKey: olivia.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root, at: at)
-        _ = try ledger.enrollStaff(
-            "adam", roles: .approver, publicKey: adam.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root, at: at)
-        _ = try ledger.enrollStaff(
-            "pat", roles: [.operator_, .approver], publicKey: pat.publicKey, ownAccountUID: "pat-personal", administrator: "root",
-            administratorKey: root, at: at)
+        try staffed.enroll("pat", roles: [.operator_, .approver], key: pat, ownAccountUID: "pat-personal")
     }
 
     // MARK: Helpers
