@@ -175,6 +175,10 @@ public struct SignedDataVerifier: Sendable {
             guard let algName = alg as? String, algName == "ES256" else {
                 throw VerificationError(.invalidJWSFormat, "JWS alg is \(Self.describe(alg)); only ES256 is accepted")
             }
+            // RFC 7515 §4.1.11: critical extensions this verifier does not implement must be refused.
+            if header["crit"] != nil {
+                throw VerificationError(.invalidJWSFormat, "JWS header lists critical extensions (crit); none are supported")
+            }
             guard let x5cValue = header["x5c"] else {
                 throw VerificationError(.invalidJWSFormat, "JWS header has no x5c certificate chain")
             }

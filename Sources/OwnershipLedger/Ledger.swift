@@ -85,16 +85,17 @@ public final class Ledger: @unchecked Sendable {
     /// status have not changed since, a deletion while the UID still has no live account. Otherwise it is decided again against the
     /// current state (a restore retried after a support transfer, a UID deleted again after reuse).
     private func decide(_ submission: Submission, at: Timestamp, in session: WriteSession) throws -> Decision {
-        try Self.checkTimes(of: submission, at: at)
+        try Self.validate(submission, at: at)
         let keys = store.keys
         let base: String
         switch submission {
         case .transaction(let kind, let uid, let payload, _):
-            base = "transaction|\(kind.name)|\(uid ?? "")|\(payload.environment.rawValue)|\(payload.transactionId)|\(payload.signedDate)"
+            base = Self.descriptor(
+                "transaction", kind.name, uid ?? "", payload.environment.rawValue, payload.transactionId, String(payload.signedDate))
         case .notification(let payload, _):
-            base = "notification|\(payload.notificationUUID)"
+            base = Self.descriptor("notification", payload.notificationUUID)
         case .deleteAccount(let uid):
-            base = "delete|\(uid)"
+            base = Self.descriptor("delete", uid)
         }
         let submissionKey = keys.eventId(batch: base, index: 0)
         var attempt: UInt32 = 0
@@ -122,7 +123,7 @@ public final class Ledger: @unchecked Sendable {
             command = .deleteAccount(account)
             erasedUID = uid
         }
-        let batch = attempt == 0 ? base : "\(base)@\(attempt)"
+        let batch = attempt == 0 ? base : base + Self.descriptor("attempt", String(attempt))
         let before = try session.reader.loadState(lineages: command.lineages, accounts: command.accounts)
         let events = Decider.decide(command, state: before, at: at)
         let pending = events.enumerated().map { index, event in
@@ -137,6 +138,12 @@ public final class Ledger: @unchecked Sendable {
         return Decision(events: events, lastSequence: result.sequences.last, at: at, duplicate: false)
     }
 
+    /// An unambiguous description of a submission: each part length-prefixed, so no UID or id can
+    /// make two submissions (or two attempts) share event ids.
+    static func descriptor(_ parts: String...) -> String {
+        parts.map { "\($0.utf8.count):\($0)" }.joined()
+    }
+
     /// Whether `submission`, submitted before as `prior`, is a retry that can change nothing.
     private func isRetry(_ submission: Submission, of prior: [Record], session: WriteSession) throws -> Bool {
         switch submission {
@@ -147,7 +154,9 @@ public final class Ledger: @unchecked Sendable {
                     "notificationUUID \(payload.notificationUUID) was delivered before with different content", code: "conflict")
             }
             return true
-        case .transaction(_, _, let payload, _):
+        case .transaction(_, let uid, let payload, _):
+            // The submitting account was deleted since: answer as before, issuing it no new identity.
+            if let uid, try session.reader.pseudonym(ofUID: uid) == nil { return true }
             // A retry is decided again when its first answer may no longer hold: the lineage's owner
             // changed since (a transfer, a deletion) or Apple revoked, reinstated or ended it.
             let decided = prior.last?.sequence ?? 0
@@ -188,13 +197,18 @@ public final class Ledger: @unchecked Sendable {
             transaction: payload.transaction.map { facts($0, provenance: provenance) })
     }
 
-    /// Refuses times outside ``LedgerTime/supportedRange`` before anything is decided.
-    public static func checkTimes(of submission: Submission, at: Timestamp) throws {
+    /// Refuses, before anything is decided, times outside ``LedgerTime/supportedRange`` and
+    /// ownership types other than `PURCHASED` and `FAMILY_SHARED`.
+    public static func validate(_ submission: Submission, at: Timestamp) throws {
         func check(_ time: Timestamp?, _ field: String) throws {
             guard let time, !LedgerTime.supportedRange.contains(time) else { return }
             throw SubmissionError("\(field) \(time) is outside the supported range (1970 through 9999, in milliseconds)")
         }
         func check(_ transaction: TransactionPayload, _ context: String) throws {
+            guard ["PURCHASED", "FAMILY_SHARED"].contains(transaction.inAppOwnershipType) else {
+                throw SubmissionError(
+                    "\(context).inAppOwnershipType \"\(transaction.inAppOwnershipType)\" is neither PURCHASED nor FAMILY_SHARED")
+            }
             try check(transaction.purchaseDate, "\(context).purchaseDate")
             try check(transaction.expiresDate, "\(context).expiresDate")
             try check(transaction.revocationDate, "\(context).revocationDate")

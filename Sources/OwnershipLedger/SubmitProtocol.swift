@@ -39,7 +39,7 @@ public struct SubmitProtocol {
                 let (object, id) = try parseLine(line)
                 ids[index] = id
                 let (submissions, at) = try parse(object)
-                for submission in submissions { try Ledger.checkTimes(of: submission, at: at) }
+                for submission in submissions { try Ledger.validate(submission, at: at) }
                 accepted.append((index, submissions, at))
             } catch {
                 answers[index] = invalid(error)

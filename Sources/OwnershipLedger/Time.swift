@@ -40,7 +40,7 @@ public enum LedgerTime {
                 index += 1
             }
             guard digits > 0 else { return nil }
-            for _ in digits..<3 where digits < 3 { fraction *= 10 }
+            if digits < 3 { for _ in digits..<3 { fraction *= 10 } }
         }
         var offset: Int64 = 0
         guard index < c.count else { return nil }

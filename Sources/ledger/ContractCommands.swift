@@ -99,9 +99,10 @@ struct InspectJWSCommand: Subcommand {
         Usage: ledger inspect-jws FILE|- [--at TIME] [--store DIR]
 
         Verifies the compact JWS in FILE (or stdin with -) like `submit` would: format, ES256, x5c chain to the
-        configured root at the payload's signedDate, Apple OIDs, signature. Prints {"valid": true, "kind",
-        "payload", ...} or {"valid": false, "code", "message"}. Exit 1 when rejected. --at is the time used only
-        when the payload has no signedDate (default now).
+        configured root at the payload's signedDate, Apple OIDs, signature, then bundle id, environment and app
+        Apple id. Prints {"valid": true, "kind", "payload", ...}, or {"valid": false, "code", "message"} (with the
+        payload when only the identity checks fail). Exit 1 when rejected. --at is the time used only when the
+        payload has no signedDate (default now).
         """
     static let options: Set<String> = ["at"]
 
@@ -117,15 +118,23 @@ struct InspectJWSCommand: Subcommand {
         }
         let jws = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         let ledger = try openLedger(arguments)
-        switch ledger.verifier.inspect(jws, now: try arguments.time("at") ?? LedgerTime.now()) {
+        let now = try arguments.time("at") ?? LedgerTime.now()
+        switch ledger.verifier.inspect(jws, now: now) {
         case .success(let inspected):
-            var object: JSONObject = [
-                "valid": true, "kind": inspected.kind.rawValue, "signatureVerified": inspected.signatureVerified,
-            ]
+            var object: JSONObject = ["kind": inspected.kind.rawValue, "signatureVerified": inspected.signatureVerified]
             if let payload = try? JSONSerialization.jsonObject(with: inspected.payload) { object["payload"] = payload }
             if let header = try? JSONSerialization.jsonObject(with: inspected.header) { object["header"] = header }
             if let validatedAt = inspected.validatedAt { object["chainValidatedAt"] = LedgerTime.format(validatedAt * 1000) }
             if let subject = inspected.leafSubject { object["leafSubject"] = subject }
+            // The identity checks `submit` applies too: bundle, environment, app Apple id.
+            if case .failure(let error) = ledger.verifier.verify(jws, as: inspected.kind, now: now) {
+                object["valid"] = false
+                object["code"] = error.code.rawValue
+                object["message"] = "the signature and chain verify, but this ledger refuses it: \(error.message)"
+                console.out(JSONLine.render(object))
+                return .verificationFailed
+            }
+            object["valid"] = true
             console.out(JSONLine.render(object))
             return .success
         case .failure(let error):

@@ -108,3 +108,39 @@ extension IdempotencyTests {
         #expect(restore["code"] as? String == "permission-denied")
     }
 }
+
+extension IdempotencyTests {
+    @Test func uidsThatLookLikeAttemptSuffixesNeverShareEventIds() throws {
+        defer { directory.remove() }
+        for (index, uid) in ["bob@1", "bob", "bob"].enumerated() {
+            let otid = "61\(index)"
+            send(["type": "purchase", "account": uid, "transaction": Fixtures.transaction(otid, at: t + Int64(index)), "at": t + Int64(index)])
+            let deletion = send(["type": "delete-account", "account": uid, "at": t + Int64(index) + 1])
+            #expect(deletion["decision"] as? String == "recorded", "\(uid): \(deletion)")
+        }
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    @Test func aPurchaseRetriedAfterItsAccountWasDeletedKeepsTheFirstAnswerAndNoIdentity() throws {
+        defer { directory.remove() }
+        let purchase: [String: Any] = ["type": "purchase", "account": "zoe", "transaction": Fixtures.transaction("6200", at: t), "at": t]
+        #expect(send(purchase)["decision"] as? String == "granted")
+        send(["type": "delete-account", "account": "zoe", "at": t + day])
+        let head = try ledger.store.head().sequence
+        let retried = send(purchase)
+        #expect(retried["duplicate"] as? Bool == true)
+        #expect(try ledger.store.head().sequence == head)
+        #expect(try ledger.account(uid: "zoe").known == false)
+    }
+
+    @Test(arguments: ["family_shared", "FAMILY_SHARED ", "", "GIFTED"])
+    func unknownOwnershipTypesAreInvalid(ownership: String) throws {
+        defer { directory.remove() }
+        let answer = send([
+            "type": "purchase", "account": "amy", "transaction": Fixtures.transaction("6300", at: t, ownership: ownership), "at": t,
+        ])
+        #expect(answer["decision"] as? String == "invalid")
+        #expect((answer["message"] as? String)?.contains("inAppOwnershipType") == true)
+        #expect(try ledger.binding(originalTransactionId: "6300").state == "unbound")
+    }
+}

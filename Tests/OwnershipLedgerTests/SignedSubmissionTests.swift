@@ -185,3 +185,31 @@ import Testing
         #expect(decisions.last?["code"] as? String == "family-sharing-unsupported")
     }
 }
+
+extension SignedSubmissionTests {
+    @Test func inspectJWSAppliesTheSameIdentityChecksAsSubmit() throws {
+        defer { directory.remove() }
+        try initLedger()
+        let jwsFile = directory.path("foreign.jws")
+        try Data(try sign(Fixtures.transaction("1001", at: t, bundleId: "com.attacker.app")).utf8).write(to: jwsFile)
+        let inspect = try LedgerBinary.run(["inspect-jws", jwsFile.path, "--store", store])
+        #expect(inspect.status == 1)
+        #expect(inspect.json["valid"] as? Bool == false)
+        #expect(inspect.json["code"] as? String == "invalid-app-identifier")
+        #expect(inspect.json["signatureVerified"] as? Bool == true)
+    }
+
+    @Test func aCritHeaderIsRefused() throws {
+        defer { directory.remove() }
+        try initLedger()
+        let chain = try ["testLeaf.der", "testIntermediate.der", "testCA.der"].map { [UInt8](try Self.file($0)) }
+        let key = String(decoding: try Self.file("testLeaf.key.pem"), as: UTF8.self)
+        let header: [String: Any] = [
+            "alg": "ES256", "crit": ["b64"], "b64": false, "x5c": chain.map { Data($0).base64EncodedString() },
+        ]
+        let jws = try TestJWSSigner.sign(payload: Fixtures.transaction("1001", at: t), chain: chain, privateKeyPEM: key, header: header)
+        let answers = try submit([["type": "purchase", "account": "a", "signedTransaction": jws]])
+        #expect(answers.first?["code"] as? String == "invalid-jws-format")
+        #expect((answers.first?["message"] as? String)?.contains("crit") == true)
+    }
+}
