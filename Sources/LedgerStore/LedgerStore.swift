@@ -54,48 +54,132 @@ public final class LedgerStore: @unchecked Sendable {
         static let readModelVersion = Array("read-model-version".utf8)
         static let configuration = Array("configuration".utf8)
         static let keyCheck = Array("key-check".utf8)
+        /// SHA-256 of the raw Ed25519 public key of `ledger-signing.key` (see `SigningKey.swift`).
+        static let signingKey = Array("signing-key".utf8)
     }
+
+    /// Suffix of the key files `create` writes before renaming them into place.
+    static let partialSuffix = ".partial"
 
     public let directory: URL
     public let keys: LedgerKeys
     let environment: LMDBEnvironment
+    /// `ledger.lock`, held shared while the store is open (exclusive during `create` and `compact`).
+    let lock: StoreLock
 
-    /// Creates a new store in `directory` (created if needed): the key file, the LMDB environment
+    /// Creates a new store in `directory` (created if needed): the key files, the LMDB environment
     /// and the metadata. `configuration` is kept opaque in the metadata for the layer above.
+    ///
+    /// The key files are written as `*.partial` and renamed into place only once the metadata
+    /// transaction has committed, so an interrupted `create` leaves either a complete store or
+    /// `.partial` files, which ``LedgerStoreError/incompleteInit(directory:detail:)`` reports (they
+    /// are never deleted automatically).
     public static func create(at directory: URL, configuration: [UInt8]) throws -> LedgerStore {
         try FileManager.default.createDirectory(
             at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        if FileManager.default.fileExists(atPath: directory.appendingPathComponent("data.mdb").path) {
-            throw LedgerStoreError.alreadyInitialized(directory: directory.path)
-        }
-        let keys = try LedgerKeys.create(at: directory.appendingPathComponent(LedgerKeys.fileName))
-        try SigningKey.create(at: directory.appendingPathComponent(SigningKey.fileName))
-        let store = try LedgerStore(directory: directory, keys: keys)
+        let lock = try lockForCreating(directory)
+        let keyFile = directory.appendingPathComponent(LedgerKeys.fileName)
+        let signingKeyFile = directory.appendingPathComponent(SigningKey.fileName)
+        let partialKeyFile = directory.appendingPathComponent(LedgerKeys.fileName + partialSuffix)
+        let partialSigningKeyFile = directory.appendingPathComponent(SigningKey.fileName + partialSuffix)
+        let keys = try LedgerKeys.create(at: partialKeyFile)
+        let signingKey = try SigningKey.create(at: partialSigningKeyFile)
+        let store = try LedgerStore(directory: directory, keys: keys, lock: lock)
         try store.environment.write { txn in
             try txn.put(Database.meta, Meta.formatVersion, u32Bytes(formatVersion))
             try txn.put(Database.meta, Meta.readModelVersion, u32Bytes(StateProjection.version))
             try txn.put(Database.meta, Meta.configuration, configuration)
             try txn.put(Database.meta, Meta.keyCheck, keys.checkValue)
+            try txn.put(Database.meta, Meta.signingKey, SigningKey.fingerprint(signingKey.publicKey))
         }
+        for (partial, final) in [(partialKeyFile, keyFile), (partialSigningKeyFile, signingKeyFile)] {
+            guard rename(partial.path, final.path) == 0 else {
+                throw LedgerStoreError.corrupt("could not rename \(partial.path) to \(final.lastPathComponent): \(String(cString: strerror(errno)))")
+            }
+        }
+        try syncFile(directory)
+        try lock.downgrade(directory: directory)
         return store
     }
 
-    /// Opens an existing store. Refuses a missing or world-readable key file and a store written by
-    /// a newer format; clears reader slots left by dead processes; rebuilds read models persisted by
-    /// another projection version.
+    /// The exclusive lock `create` holds until the store is complete, so a concurrent init or compact
+    /// is refused. Throws when `directory` already holds a store, complete or not.
+    private static func lockForCreating(_ directory: URL) throws -> StoreLock {
+        if let detail = interruptedInit(in: directory) {
+            throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
+        }
+        let dataFile = directory.appendingPathComponent("data.mdb").path
+        guard FileManager.default.fileExists(atPath: dataFile) else {
+            let lock = try StoreLock(directory: directory, mode: .exclusive, busy: .storeBusy(directory: directory.path))
+            // Another init may have finished meanwhile.
+            if let detail = interruptedInit(in: directory) {
+                throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
+            }
+            if FileManager.default.fileExists(atPath: dataFile) { throw LedgerStoreError.alreadyInitialized(directory: directory.path) }
+            return lock
+        }
+        // A store in use is a working ledger. Otherwise (nobody has it open, so opening the environment
+        // here is safe), a data.mdb without metadata is an init interrupted before `create` wrote
+        // `.partial` files.
+        let lock: StoreLock
+        do {
+            lock = try StoreLock(directory: directory, mode: .exclusive, busy: .storeBusy(directory: directory.path))
+        } catch LedgerStoreError.storeBusy {
+            throw LedgerStoreError.alreadyInitialized(directory: directory.path)
+        }
+        let hasMetadata = try { () throws -> Bool in
+            let environment = try LMDBEnvironment(path: directory.path, databaseNames: databaseNames, initialMapSize: 16 << 20)
+            return try environment.read { txn in try txn.get(Database.meta, Meta.formatVersion) } != nil
+        }()
+        withExtendedLifetime(lock) {}  // held until the environment above is closed
+        guard hasMetadata else {
+            throw LedgerStoreError.incompleteInit(directory: directory.path, detail: "data.mdb holds no ledger metadata")
+        }
+        throw LedgerStoreError.alreadyInitialized(directory: directory.path)
+    }
+
+    /// What is left of an interrupted `create` in `directory`, described for
+    /// ``LedgerStoreError/incompleteInit(directory:detail:)``; nil when there is no sign of one.
+    static func interruptedInit(in directory: URL) -> String? {
+        let files = FileManager.default
+        let keyFiles = [LedgerKeys.fileName, SigningKey.fileName]
+        let partials = keyFiles.map { $0 + partialSuffix }.filter { files.fileExists(atPath: directory.appendingPathComponent($0).path) }
+        if !partials.isEmpty { return partials.joined(separator: " and ") + " left over" }
+        guard !files.fileExists(atPath: directory.appendingPathComponent("data.mdb").path) else { return nil }
+        let present = keyFiles.filter { files.fileExists(atPath: directory.appendingPathComponent($0).path) }
+        guard !present.isEmpty else { return nil }
+        return present.joined(separator: " and ")
+            + " without data.mdb; if data.mdb was lost rather than never written, restore it from your backup instead"
+    }
+
+    /// Opens an existing store. Refuses a missing or world-readable key file, a store written by a
+    /// newer format and the remains of an interrupted `create`; clears reader slots left by dead
+    /// processes; rebuilds read models persisted by another projection version. Holds `ledger.lock`
+    /// shared until the store is released (refused while `compact` holds it).
     public convenience init(opening directory: URL) throws {
+        try self.init(opening: directory, lock: nil)
+    }
+
+    /// Opens an existing store under `lock`, or under a new shared lock when nil.
+    convenience init(opening directory: URL, lock: StoreLock?) throws {
+        if let detail = Self.interruptedInit(in: directory) {
+            throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
+        }
         guard FileManager.default.fileExists(atPath: directory.appendingPathComponent("data.mdb").path) else {
             throw LedgerStoreError.notInitialized(directory: directory.path)
         }
+        let lock = try lock ?? StoreLock(directory: directory, mode: .shared, busy: .storeBusy(directory: directory.path))
         let keys = try LedgerKeys.load(from: directory.appendingPathComponent(LedgerKeys.fileName))
-        try self.init(directory: directory, keys: keys)
+        try self.init(directory: directory, keys: keys, lock: lock)
         let (format, modelVersion, keyCheck) = try environment.read { txn in
             (
                 try txn.get(Database.meta, Meta.formatVersion).flatMap(u32), try txn.get(Database.meta, Meta.readModelVersion).flatMap(u32),
                 try txn.get(Database.meta, Meta.keyCheck)
             )
         }
-        guard let format else { throw LedgerStoreError.notInitialized(directory: directory.path) }
+        guard let format else {
+            throw LedgerStoreError.incompleteInit(directory: directory.path, detail: "data.mdb holds no ledger metadata")
+        }
         guard format <= Self.formatVersion else {
             throw LedgerStoreError.newerFormat(found: format, supported: Self.formatVersion)
         }
@@ -107,9 +191,10 @@ public final class LedgerStore: @unchecked Sendable {
         }
     }
 
-    private init(directory: URL, keys: LedgerKeys) throws {
+    private init(directory: URL, keys: LedgerKeys, lock: StoreLock) throws {
         self.directory = directory
         self.keys = keys
+        self.lock = lock
         self.environment = try LMDBEnvironment(
             path: directory.path, databaseNames: Self.databaseNames, initialMapSize: 16 << 20)
     }

@@ -10,6 +10,16 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
     /// The key file is not the one the store was created with.
     case wrongKey(path: String)
     case newerFormat(found: UInt32, supported: UInt32)
+    /// The store recorded a signing key at creation (or first use) and its file is gone.
+    case missingSigningKey(path: String)
+    /// The signing key file is not the key the store recorded (SHA-256 of the public keys, hex).
+    case wrongSigningKey(path: String, recorded: String, found: String)
+    /// `init` was interrupted: key files without the LMDB metadata, or temporary files left over.
+    case incompleteInit(directory: String, detail: String)
+    /// `compact` found another process (or another open store in this process) using the store.
+    case storeInUse(directory: String)
+    /// Opening found the store held exclusively by `ledger compact` or `ledger init` in another process.
+    case storeBusy(directory: String)
     /// The same event id was appended before with different content.
     case conflictingEvent(eventId: Digest32, sequence: UInt64)
     /// The lineage changed since the caller decided.
@@ -23,6 +33,9 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
         case .alreadyInitialized: "already-initialized"
         case .missingKey, .keyReadableByOthers, .malformedKey, .wrongKey: "key-file"
         case .newerFormat: "newer-format"
+        case .missingSigningKey, .wrongSigningKey: "signing-key-file"
+        case .incompleteInit: "incomplete-init"
+        case .storeInUse, .storeBusy: "store-in-use"
         case .conflictingEvent, .staleLineageVersion: "conflict"
         case .corrupt: "corrupt"
         }
@@ -44,6 +57,16 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
             "the ledger key file \(path) is not the key this store was created with: restore the matching key from your backup (with another key no lineage or account would be found)"
         case .newerFormat(let found, let supported):
             "the store was written by format version \(found), newer than this ledger supports (\(supported)): upgrade the ledger tool"
+        case .missingSigningKey(let path):
+            "the ledger signing key file \(path) is missing: restore it from your backup (checkpoints and dispute bundles were signed with it; a new key would make them unverifiable with the published public key)"
+        case .wrongSigningKey(let path, let recorded, let found):
+            "the ledger signing key file \(path) does not match the signing key this store recorded (the file's key is ownership-ledger/\(found.prefix(8)), the store's is ownership-ledger/\(recorded.prefix(8)), as in checkpoint origins): restore the matching key from your backup (checkpoints and dispute bundles were signed with it)"
+        case .incompleteInit(let directory, let detail):
+            "\(directory) holds an incomplete ledger from an interrupted init (\(detail)): remove it and run init again"
+        case .storeInUse(let directory):
+            "the store \(directory) is in use by another process: stop every process using it (servers, other ledger commands) and try again"
+        case .storeBusy(let directory):
+            "the store \(directory) is locked by another process that is compacting or creating it (ledger compact, ledger init): try again when it finishes"
         case .conflictingEvent(let eventId, let sequence):
             "event \(eventId.hex) was already appended at sequence \(sequence) with different content"
         case .staleLineageVersion(let lineage, let expected, let actual):

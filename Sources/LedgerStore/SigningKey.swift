@@ -1,12 +1,19 @@
 public import Foundation
+import LedgerCore
 public import LedgerCrypto
 
 /// The ledger's Ed25519 signing key: it signs checkpoints and dispute bundles. It lives in
 /// `ledger-signing.key` beside `ledger.key` (never inside the LMDB files), as PKCS#8 PEM, mode 0600.
-/// `init` creates it; a store created before it existed gets one on first use.
+/// `init` creates it and records its fingerprint in the metadata (`signing-key`); from then on a
+/// missing or different file is refused rather than replaced. Only a store created before signing
+/// keys existed (no fingerprint recorded) gets one on first use, and then records it.
 public enum SigningKey {
     /// Name of the signing key file inside the store directory.
     public static let fileName = "ledger-signing.key"
+
+    /// What the store records of its signing key: SHA-256 of the raw 32-byte public key (its first
+    /// 8 hex digits are the checkpoint origin's).
+    public static func fingerprint(_ publicKey: Ed25519PublicKey) -> [UInt8] { Digest.sha256(publicKey.rawRepresentation) }
 
     /// Creates a new signing key file at `url`; fails when the file exists.
     @discardableResult
@@ -41,16 +48,48 @@ extension LedgerStore {
     /// Where the signing key file is.
     public var signingKeyURL: URL { directory.appendingPathComponent(SigningKey.fileName) }
 
-    /// The ledger signing key, created on first use when the store has none.
+    /// The ledger signing key. Refuses a missing file or a file with another key when the store
+    /// recorded one (``LedgerStoreError/missingSigningKey(path:)``,
+    /// ``LedgerStoreError/wrongSigningKey(path:recorded:found:)``): a silently replaced key would sign
+    /// checkpoints nobody can check against the published public key. A store that recorded none
+    /// (created before signing keys existed) adopts the file, or creates one, and records it.
     public func signingKey() throws -> Ed25519PrivateKey {
-        if !FileManager.default.fileExists(atPath: signingKeyURL.path) {
+        let recorded = try environment.read { txn in try txn.get(Database.meta, Meta.signingKey) }
+        if let recorded {
+            guard FileManager.default.fileExists(atPath: signingKeyURL.path) else {
+                throw LedgerStoreError.missingSigningKey(path: signingKeyURL.path)
+            }
+            let key = try SigningKey.load(from: signingKeyURL)
+            try checkSigningKey(key, recorded: recorded)
+            return key
+        }
+        let key: Ed25519PrivateKey
+        if FileManager.default.fileExists(atPath: signingKeyURL.path) {
+            key = try SigningKey.load(from: signingKeyURL)
+        } else {
             do {
-                return try SigningKey.create(at: signingKeyURL)
+                key = try SigningKey.create(at: signingKeyURL)
             } catch {
                 // Another process may have created it first; load whatever is there.
                 guard FileManager.default.fileExists(atPath: signingKeyURL.path) else { throw error }
+                key = try SigningKey.load(from: signingKeyURL)
             }
         }
-        return try SigningKey.load(from: signingKeyURL)
+        try environment.write { txn in
+            // Another process may have recorded its key meanwhile: it must be this one.
+            if let recorded = try txn.get(Database.meta, Meta.signingKey) {
+                try checkSigningKey(key, recorded: recorded)
+            } else {
+                try txn.put(Database.meta, Meta.signingKey, SigningKey.fingerprint(key.publicKey))
+            }
+        }
+        return key
+    }
+
+    private func checkSigningKey(_ key: Ed25519PrivateKey, recorded: [UInt8]) throws {
+        let found = SigningKey.fingerprint(key.publicKey)
+        guard found == recorded else {
+            throw LedgerStoreError.wrongSigningKey(path: signingKeyURL.path, recorded: recorded.hex, found: found.hex)
+        }
     }
 }

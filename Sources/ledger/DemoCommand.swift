@@ -43,7 +43,7 @@ struct DemoCommand: Subcommand {
         let report = try ledger.store.replay()
         console.out("")
         console.out(
-            "ledger verify: \(report.verifiedRecords) records, hash chain \(report.chainFault == nil ? "intact" : "BROKEN"), \(report.violations.count) invariant violations, \(report.readModelDifferences.count) read-model differences"
+            "ledger verify: \(report.verifiedRecords) records, hash chain \(report.chainFault == nil ? "intact" : "BROKEN"), \(report.violations.count) invariant violations, \(report.readModelDifferences.count) read-model differences, \(report.indexDifferences.count) index differences"
         )
         console.out("Store: \(directory.path). Try: ledger account --uid alice --store \(directory.path)")
         return report.isIntact ? .success : .verificationFailed

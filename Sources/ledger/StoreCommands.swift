@@ -135,13 +135,16 @@ struct LogCommand: Subcommand {
 
 struct VerifyCommand: Subcommand {
     static let name = "verify"
-    static let abstract = "Check the hash chain, every invariant and the persisted read models."
+    static let abstract = "Check the hash chain, every invariant, the persisted read models and the indexes."
     static let usage = """
         Usage: ledger verify [--checkpoint FILE [--public-key KEY]] [--store DIR]
 
         Replays the whole log once: every record's bytes, hash and link; every invariant of
-        docs/events.md; and the persisted read models against a fresh replay. Prints a JSON report.
-        Exit 0 only when all hold; 1 with the first bad sequence number otherwise.
+        docs/events.md; the persisted read models against a fresh replay; and the event-id, lineage
+        and account indexes against the entries the log implies (every submissions entry must name a
+        record). Prints a JSON report (readModelDifferences, indexDifferences: at most 100 lines each
+        for the indexes, then "… and N more"). Exit 0 only when all hold; 1 otherwise, with the first
+        bad sequence number when the chain is broken (`ledger rebuild` repairs read models and indexes).
         --checkpoint also checks a signed checkpoint (`ledger checkpoint`): its signature (store's signing
         key, or KEY), the root of its first SIZE records, a consistency proof to today's log, and the
         projection state hash of a replay of those records (docs/forensics.md).
@@ -157,7 +160,7 @@ struct VerifyCommand: Subcommand {
         var object: JSONObject = [
             "intact": report.isIntact, "verifiedRecords": report.verifiedRecords,
             "invariantViolations": report.violations.map { ["invariant": $0.invariant, "seq": $0.sequence, "message": $0.message] },
-            "readModelDifferences": report.readModelDifferences,
+            "readModelDifferences": report.readModelDifferences, "indexDifferences": report.indexDifferences,
         ]
         if let fault = report.chainFault {
             object["firstBadSeq"] = fault.sequence
@@ -175,13 +178,17 @@ struct VerifyCommand: Subcommand {
 
 struct RebuildCommand: Subcommand {
     static let name = "rebuild"
-    static let abstract = "Recompute the read models from the log alone and report differences."
+    static let abstract = "Recompute the read models and indexes from the log alone and report differences."
     static let usage = """
         Usage: ledger rebuild [--check] [--store DIR]
 
         Replays the log through the projections and compares the result with the persisted read
-        models, listing every difference, then replaces them with the fresh ones (with --check it
-        only compares). Shows progress on a terminal. Exit 1 when the log itself is broken.
+        models (differences), and the event-id, lineage and account indexes with the entries the log
+        implies (indexDifferences, at most 100 lines then "… and N more"; also submissions entries
+        that name no record), then replaces the read models with the fresh ones and repairs the three
+        indexes in one transaction (with --check it only compares). The submissions index cannot be
+        derived from the log and is never changed. Shows progress on a terminal. Exit 1 when the log
+        itself is broken.
         """
     static let options: Set<String> = []
     static let flags: Set<String> = ["check"]
@@ -192,7 +199,8 @@ struct RebuildCommand: Subcommand {
             repair: !arguments.flags.contains("check"), progress: Progress.reporter(console: console, label: "rebuild"))
         var object: JSONObject = [
             "records": report.verifiedRecords, "differences": report.readModelDifferences,
-            "repaired": !arguments.flags.contains("check") && !report.readModelDifferences.isEmpty,
+            "indexDifferences": report.indexDifferences,
+            "repaired": !arguments.flags.contains("check") && !(report.readModelDifferences.isEmpty && report.indexDifferences.isEmpty),
             "lineages": report.state.lineages.count, "accounts": report.state.accountLineages.count,
         ]
         if let fault = report.chainFault { object["chainFault"] = fault.description }

@@ -326,7 +326,7 @@ import Testing
 
     // MARK: Signing key
 
-    @Test func signingKeyIsCreatedByInitAndLazilyForOlderStores() throws {
+    @Test func signingKeyIsCreatedByInitAndNeverSilentlyReplaced() throws {
         defer { directory.remove() }
         try initStore()
         let keyFile = directory.path("store/ledger-signing.key").path
@@ -339,11 +339,17 @@ import Testing
         let printed = try ledger(["signing-key"])
         #expect(printed.stdout == (try String(contentsOfFile: exported, encoding: .utf8)))
         #expect(printed.stdout.hasPrefix("-----BEGIN PUBLIC KEY-----"))
-        // A store without the file (made before signing keys existed) gets one on first checkpoint.
+        // The store recorded the key at init: a missing file is refused, never silently replaced
+        // (a store made before signing keys existed, with none recorded, gets one: StoreLifecycleTests).
+        let saved = try Data(contentsOf: URL(fileURLWithPath: keyFile))
         try FileManager.default.removeItem(atPath: keyFile)
+        let missing = try ledger(["checkpoint"])
+        #expect(missing.status == 3)
+        #expect(missing.stderr.contains("is missing: restore it from your backup"), "\(missing.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: keyFile))
+        #expect(FileManager.default.createFile(atPath: keyFile, contents: saved, attributes: [.posixPermissions: 0o600]))
         let again = try ledger(["checkpoint"])
         #expect(again.status == 0, "\(again.stderr)")
-        #expect(FileManager.default.fileExists(atPath: keyFile))
         chmod(keyFile, 0o644)
         let refused = try ledger(["checkpoint"])
         #expect(refused.status == 3)

@@ -1,0 +1,183 @@
+import CLMDB
+public import Foundation
+
+/// An advisory `flock` on `ledger.lock` in the store directory. Every open ``LedgerStore`` holds it
+/// shared; `create` holds it exclusively until the store is complete and ``LedgerStore/compact(at:)``
+/// for the whole compaction, so a store is never replaced under a process that has it open. The
+/// lock belongs to the open file: deinit unlocks and closes it, and the death of the process releases it.
+final class StoreLock: @unchecked Sendable {
+    /// Name of the lock file inside the store directory.
+    static let fileName = "ledger.lock"
+
+    enum Mode {
+        case shared
+        case exclusive
+    }
+
+    /// -1 when a shared lock could not be taken because the lock file cannot be created (a read-only
+    /// directory): such a store is opened unlocked, and `compact` still sees it in LMDB's lock file.
+    private let descriptor: Int32
+
+    /// Takes the lock without waiting; throws `busy` when another holder is in the way.
+    init(directory: URL, mode: Mode, busy: LedgerStoreError) throws {
+        let path = directory.appendingPathComponent(Self.fileName).path
+        var fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if fd < 0 { fd = open(path, O_RDONLY | O_CLOEXEC) }
+        guard fd >= 0 else {
+            guard mode == .shared else {
+                throw LedgerStoreError.corrupt("could not open the lock file \(path): \(String(cString: strerror(errno)))")
+            }
+            descriptor = -1
+            return
+        }
+        descriptor = fd
+        try Self.lock(fd, mode == .shared ? LOCK_SH : LOCK_EX, directory: directory, busy: busy)
+    }
+
+    deinit {
+        guard descriptor >= 0 else { return }
+        // Unlock explicitly: a child forked by another thread holds the open file (and so the lock)
+        // until it execs, which would outlive a plain close.
+        flock(descriptor, LOCK_UN)
+        close(descriptor)
+    }
+
+    /// Turns an exclusive lock into a shared one (the end of `create`).
+    func downgrade(directory: URL) throws {
+        guard descriptor >= 0 else { return }
+        try Self.lock(descriptor, LOCK_SH, directory: directory, busy: .storeBusy(directory: directory.path))
+    }
+
+    /// Leaves `fd` open on failure: deinit closes it.
+    private static func lock(_ fd: Int32, _ operation: Int32, directory: URL, busy: LedgerStoreError) throws {
+        while flock(fd, operation | LOCK_NB) != 0 {
+            let code = errno
+            if code == EINTR { continue }
+            if code == EWOULDBLOCK { throw busy }
+            throw LedgerStoreError.corrupt("could not lock \(directory.appendingPathComponent(fileName).path): \(String(cString: strerror(code)))")
+        }
+    }
+
+    /// True when a process other than this one has the LMDB environment open: every open
+    /// environment holds a read lock on the first byte of `lock.mdb` (POSIX `fcntl` locks, which
+    /// `F_GETLK` reports for other processes only). This also catches programs that do not take
+    /// `ledger.lock` (`mdb_stat`, an older `ledger`). Call it only while this process has no
+    /// environment open on the store: closing the descriptor drops this process's `fcntl` locks on the file.
+    static func otherProcessHasEnvironmentOpen(in directory: URL) throws -> Bool {
+        let path = directory.appendingPathComponent("lock.mdb").path
+        let fd = open(path, O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return false }
+            throw LedgerStoreError.corrupt("could not open \(path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(fd) }
+        var query = flock()
+        query.l_type = Int16(F_WRLCK)
+        query.l_whence = Int16(SEEK_SET)
+        query.l_start = 0
+        query.l_len = 1
+        guard fcntl(fd, F_GETLK, &query) == 0 else {
+            throw LedgerStoreError.corrupt("could not query the locks of \(path): \(String(cString: strerror(errno)))")
+        }
+        return query.l_type != Int16(F_UNLCK)
+    }
+}
+
+/// What ``LedgerStore/compact(at:)`` did.
+public struct CompactionResult: Equatable, Sendable {
+    /// Size of `data.mdb` before and after.
+    public var bytesBefore: Int
+    public var bytesAfter: Int
+}
+
+extension LedgerStore {
+    /// Name of the temporary directory `compact` writes the copy into (inside the store directory,
+    /// so the final rename stays on one file system).
+    static let compactionDirectoryName = "compact.partial"
+
+    /// Rewrites `data.mdb` with only its live pages: LMDB copies on write, so a deleted entry (such
+    /// as an erased identity's sealed UID) stays in freed pages of the file until they are reused.
+    /// Copies the environment with `mdb_env_copy2(MDB_CP_COMPACT)` into a temporary directory beside
+    /// `data.mdb`, syncs it, and renames it over `data.mdb` (atomic: a crash leaves the old or the new
+    /// file). Refuses with ``LedgerStoreError/storeInUse(directory:)`` while any other process, or
+    /// another open store in this process, has the store open; stores opening meanwhile are refused
+    /// with ``LedgerStoreError/storeBusy(directory:)``.
+    /// - Complexity: O(live pages).
+    public static func compact(at directory: URL) throws -> CompactionResult {
+        let dataFile = directory.appendingPathComponent("data.mdb")
+        if let detail = interruptedInit(in: directory) {
+            throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
+        }
+        guard FileManager.default.fileExists(atPath: dataFile.path) else {
+            throw LedgerStoreError.notInitialized(directory: directory.path)
+        }
+        let lock = try StoreLock(directory: directory, mode: .exclusive, busy: .storeInUse(directory: directory.path))
+        guard try !StoreLock.otherProcessHasEnvironmentOpen(in: directory) else {
+            throw LedgerStoreError.storeInUse(directory: directory.path)
+        }
+        let bytesBefore = try fileSize(dataFile)
+        let temporary = directory.appendingPathComponent(compactionDirectoryName)
+        try removeLeftoverCopy(temporary)
+        guard mkdir(temporary.path, 0o700) == 0 else {
+            throw LedgerStoreError.corrupt("could not create \(temporary.path): \(String(cString: strerror(errno)))")
+        }
+        let copy = temporary.appendingPathComponent("data.mdb")
+        do {
+            try copyCompacted(directory: directory, lock: lock, to: temporary)
+            // LMDB creates the copy with mode 0666 less the umask: keep the original's 0600.
+            guard chmod(copy.path, 0o600) == 0 else {
+                throw LedgerStoreError.corrupt("could not set the mode of \(copy.path): \(String(cString: strerror(errno)))")
+            }
+            try syncFile(copy)
+            // The environment of this process is closed again: check once more for another one.
+            guard try !StoreLock.otherProcessHasEnvironmentOpen(in: directory) else {
+                throw LedgerStoreError.storeInUse(directory: directory.path)
+            }
+            guard rename(copy.path, dataFile.path) == 0 else {
+                throw LedgerStoreError.corrupt("could not replace \(dataFile.path): \(String(cString: strerror(errno)))")
+            }
+            try syncFile(directory)
+        } catch {
+            try? removeLeftoverCopy(temporary)
+            throw error
+        }
+        try removeLeftoverCopy(temporary)
+        return CompactionResult(bytesBefore: bytesBefore, bytesAfter: try fileSize(dataFile))
+    }
+
+    /// Opens the store under the exclusive `lock` (checking its key and format) and writes the
+    /// compacted copy; the environment is closed when this returns.
+    private static func copyCompacted(directory: URL, lock: StoreLock, to temporary: URL) throws {
+        let store = try LedgerStore(opening: directory, lock: lock)
+        try lmdb(mdb_env_copy2(store.environment.handle, temporary.path, UInt32(MDB_CP_COMPACT)), "mdb_env_copy2(\(temporary.path))")
+    }
+
+    /// Removes the temporary copy of an earlier compaction (only the files LMDB writes there).
+    private static func removeLeftoverCopy(_ temporary: URL) throws {
+        guard FileManager.default.fileExists(atPath: temporary.path) else { return }
+        for name in ["data.mdb", "lock.mdb"] {
+            let path = temporary.appendingPathComponent(name).path
+            if FileManager.default.fileExists(atPath: path) { unlink(path) }
+        }
+        guard rmdir(temporary.path) == 0 else {
+            throw LedgerStoreError.corrupt(
+                "could not remove \(temporary.path) left by an earlier compaction: \(String(cString: strerror(errno))); remove it by hand")
+        }
+    }
+
+    private static func fileSize(_ url: URL) throws -> Int {
+        var info = stat()
+        guard stat(url.path, &info) == 0 else {
+            throw LedgerStoreError.corrupt("could not read the size of \(url.path): \(String(cString: strerror(errno)))")
+        }
+        return Int(info.st_size)
+    }
+
+    /// `fsync` of a file or a directory (for a directory: its entries, after a rename).
+    static func syncFile(_ url: URL) throws {
+        let fd = open(url.path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw LedgerStoreError.corrupt("could not open \(url.path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw LedgerStoreError.corrupt("could not sync \(url.path): \(String(cString: strerror(errno)))") }
+    }
+}

@@ -1,0 +1,28 @@
+import Foundation
+import LedgerStore
+import OwnershipLedger
+
+struct CompactCommand: Subcommand {
+    static let name = "compact"
+    static let abstract = "Rewrite data.mdb with only its live pages (purges erased identities)."
+    static let usage = """
+        Usage: ledger compact [--store DIR]
+
+        LMDB copies pages on write: an erased identity (the sealed UID of a deleted account) stays in
+        freed pages of data.mdb until they are reused. compact copies the store's live pages into a
+        temporary directory beside data.mdb, syncs the copy and renames it over data.mdb, so no freed
+        page remains. Run it after account deletions; backups taken before still hold the erased data.
+        Refused (exit 3) while another process has the store open: stop servers and other commands first.
+        Prints {"store", "bytesBefore", "bytesAfter"}.
+        """
+    static let options: Set<String> = []
+
+    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let result = try LedgerStore.compact(at: arguments.store)
+        console.out(
+            JSONLine.render([
+                "store": arguments.store.path, "bytesBefore": result.bytesBefore, "bytesAfter": result.bytesAfter,
+            ]))
+        return .success
+    }
+}
