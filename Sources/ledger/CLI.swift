@@ -33,7 +33,12 @@ struct Arguments {
     private(set) var flags: Set<String> = []
     private(set) var positionals: [String] = []
 
-    init(_ raw: [String], options allowed: Set<String>, flags allowedFlags: Set<String>) throws {
+    /// Parses `raw`. Every option takes one non-empty value and may be given once, unless it is in
+    /// `repeatable`; flags take no value; at most `positionals` plain words are accepted.
+    init(
+        _ raw: [String], options allowed: Set<String>, flags allowedFlags: Set<String>, repeatable: Set<String> = [],
+        positionals allowedPositionals: ClosedRange<Int> = 0...0
+    ) throws {
         var index = 0
         while index < raw.count {
             let argument = raw[index]
@@ -49,18 +54,33 @@ struct Arguments {
                 name = String(name[..<equals])
             }
             if allowedFlags.contains(name) {
+                guard inlineValue == nil else { throw CLIError.usage("--\(name) is a flag and takes no value") }
                 flags.insert(name)
             } else if allowed.contains(name) {
+                let value: String
                 if let inlineValue {
-                    options[name, default: []].append(inlineValue)
+                    value = inlineValue
                 } else {
                     guard index < raw.count else { throw CLIError.usage("--\(name) needs a value") }
-                    options[name, default: []].append(raw[index])
+                    value = raw[index]
                     index += 1
                 }
+                guard !value.isEmpty else { throw CLIError.usage("--\(name) needs a non-empty value") }
+                guard options[name] == nil || repeatable.contains(name) else {
+                    throw CLIError.usage("--\(name) is given more than once")
+                }
+                options[name, default: []].append(value)
             } else {
                 throw CLIError.usage("unknown option --\(name)")
             }
+        }
+        guard allowedPositionals.contains(positionals.count) else {
+            let words = positionals.map { "'\($0)'" }.joined(separator: " ")
+            throw CLIError.usage(
+                allowedPositionals.upperBound == 0
+                    ? "unexpected argument \(words) (this command takes only options)"
+                    : "expected \(allowedPositionals.lowerBound == allowedPositionals.upperBound ? "\(allowedPositionals.lowerBound)" : "\(allowedPositionals.lowerBound) to \(allowedPositionals.upperBound)") argument(s), got \(positionals.count): \(words)"
+            )
         }
     }
 
@@ -99,11 +119,17 @@ protocol Subcommand {
     static var usage: String { get }
     static var options: Set<String> { get }
     static var flags: Set<String> { get }
+    static var repeatable: Set<String> { get }
+    static var positionals: ClosedRange<Int> { get }
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode
 }
 
 extension Subcommand {
     static var flags: Set<String> { [] }
+    /// Options that may be given more than once.
+    static var repeatable: Set<String> { [] }
+    /// How many plain words (subcommand, file) the command takes.
+    static var positionals: ClosedRange<Int> { 0...0 }
 }
 
 /// Opens the ledger in `--store`, mapping store errors to clear messages.

@@ -104,6 +104,7 @@ struct InspectJWSCommand: Subcommand {
         payload when only the identity checks fail). Exit 1 when rejected. --at is the time used only when the
         payload has no signedDate (default now).
         """
+    static let positionals = 1...1
     static let options: Set<String> = ["at"]
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {

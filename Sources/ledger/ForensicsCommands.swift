@@ -233,6 +233,7 @@ struct DisputeCommand: Subcommand {
         bundle signature, each record's hash and inclusion proof, and that each decoded JSON matches its bytes;
         prints the proven timeline as JSON lines, then {"verified": true, ...}. Exit 1 if anything fails.
         """
+    static let positionals = 1...2
     static let options: Set<String> = ["original-transaction-id", "environment", "out", "uid", "public-key"]
     static let flags: Set<String> = ["withhold-private"]
 

@@ -21,6 +21,7 @@ struct InitCommand: Subcommand {
         --admin enrols the first support-roster administrator with the Ed25519 public key in FILE (from
         `ledger support keygen`); every later roster change is signed by an administrator (docs/support-recovery.md).
         """
+    static let repeatable: Set<String> = ["root-certificate"]
     static let options: Set<String> = ["bundle-id", "environment", "app-apple-id", "root-certificate", "admin", "admin-public-key"]
     static let flags: Set<String> = ["allow-local-testing"]
 

@@ -49,6 +49,7 @@ struct SupportCommand: Subcommand {
         "approve": ["case", "approver", "key"],
         "transfer": ["case", "staff", "key"],
     ]
+    static let positionals = 1...1
     static let options: Set<String> = subcommands.values.reduce(into: Set<String>()) { $0.formUnion($1) }
     static let flags: Set<String> = ["apply"]
 

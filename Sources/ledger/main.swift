@@ -38,7 +38,9 @@ if argv.contains("--help") || argv.contains("-h") {
     exit(0)
 }
 do {
-    let arguments = try Arguments(argv, options: command.options.union(["store"]), flags: command.flags)
+    let arguments = try Arguments(
+        argv, options: command.options.union(["store"]), flags: command.flags, repeatable: command.repeatable,
+        positionals: command.positionals)
     exit(try command.run(arguments, console: console).rawValue)
 } catch let error as CLIError {
     console.err("error: \(error.message)")

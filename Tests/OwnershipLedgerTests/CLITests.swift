@@ -205,3 +205,22 @@ enum LedgerTimeFormat {
         return formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
     }
 }
+
+extension CLITests {
+    @Test(arguments: [
+        (["submit", "--trust-decoded=false"], "takes no value"),
+        (["support", "transfer", "--case", "C", "--apply=no"], "takes no value"),
+        (["verify", "--store="], "non-empty value"),
+        (["verify", "junk"], "unexpected argument 'junk'"),
+        (["init", "mystore", "--bundle-id", "a", "--environment", "Sandbox"], "unexpected argument 'mystore'"),
+        (["binding", "--original-transaction-id", "1", "--original-transaction-id", "2"], "more than once"),
+        (["inspect-jws"], "expected 1 argument"),
+    ])
+    func ambiguousCommandLinesAreUsageErrors(arguments: [String], mentions: String) throws {
+        defer { directory.remove() }
+        let result = try LedgerBinary.run(arguments + ["--store", store].filter { _ in !arguments.contains { $0.hasPrefix("--store") } })
+        #expect(result.status == 2, "\(result.stderr)")
+        #expect(result.stderr.contains(mentions), "\(result.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: store))
+    }
+}

@@ -559,12 +559,13 @@ import Testing
         for (option, text) in [
             ("reason", "dana-uid-77 lost access"), ("target-auth", "re-auth of dana-uid-78"), ("evidence", "transaction 8001 in App Store Connect"),
         ] {
-            var arguments = [
-                "support", "request", "--store", store, "--case", "CASE-1", "--original-transaction-id", "8001", "--environment", "Sandbox",
-                "--target-account", "dana-uid-78", "--operator", "root", "--key", keyFile, "--reason", "lost access", "--target-auth", "re-auth",
-                "--evidence", "order lookup",
-            ]
-            arguments += ["--\(option)", text]
+            var freeText = ["reason": "lost access", "target-auth": "re-auth", "evidence": "order lookup"]
+            freeText[option] = text
+            let arguments =
+                [
+                    "support", "request", "--store", store, "--case", "CASE-1", "--original-transaction-id", "8001", "--environment", "Sandbox",
+                    "--target-account", "dana-uid-78", "--operator", "root", "--key", keyFile,
+                ] + freeText.sorted(by: { $0.key < $1.key }).flatMap { ["--\($0.key)", $0.value] }
             let refused = try LedgerBinary.run(arguments)
             #expect(refused.status == 2, "\(refused.stderr)")
             #expect(refused.stderr.contains("--\(option)"), "\(refused.stderr)")
