@@ -139,6 +139,15 @@ public enum Forensics {
             guard let entry = try load(sequence) else { continue }
             out.append(entry)
         }
+        // The lineage index chose these records: every event that changes the lineage's binding or
+        // entitlement is indexed under it, so replaying them must give the persisted state. A
+        // mismatch means a damaged index; refuse rather than tell (or sign) a wrong history.
+        let replayed = StateProjection.fold(out.map(\.record.event)).lineage(lineage)
+        guard replayed == (try session.loadState(lineages: [lineage]).lineage(lineage)) else {
+            throw LedgerStoreError.corrupt(
+                "the lineage index disagrees with the persisted state of lineage \(lineage): run `ledger verify`, then `ledger rebuild` to repair the indexes"
+            )
+        }
         return limit?.prefix(of: out) ?? out
     }
 

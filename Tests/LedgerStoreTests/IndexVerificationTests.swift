@@ -63,8 +63,8 @@ import Testing
 
         let removed = try ledger.store.environment.write { txn in try txn.delete(DB.lineages, lineage.digest.bytes + u64Bytes(tombstone.sequence)) }
         #expect(removed)
-        // The damage the review found: forensics silently omits the record.
-        #expect(try forensics(ledger, uid: "carol", originalTransactionId: "3") != before)
+        // Forensics no longer silently omits the record: it refuses the damaged index.
+        #expect(throws: LedgerStoreError.self) { try forensics(ledger, uid: "carol", originalTransactionId: "3") }
         let damaged = try ledger.store.replay()
         #expect(damaged.chainFault == nil && damaged.violations.isEmpty && damaged.readModelDifferences.isEmpty)
         #expect(damaged.indexDifferences == ["lineage-index: missing entry for record \(tombstone.sequence) (lineage \(lineage.digest.hex))"])
@@ -210,5 +210,35 @@ import Testing
         let again = try LedgerBinary.run(["verify", "--store", store])
         #expect(again.status == 0, "\(again.stdout)")
         #expect(again.json["indexDifferences"] as? [String] == [])
+    }
+}
+
+@Suite struct ForensicsIndexGuardTests {
+    /// With a lineage-index entry missing, replay, explain and dispute export refuse instead of
+    /// telling (or signing) a history without it.
+    @Test func forensicsRefuseADamagedLineageIndex() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+        let t = Fixtures.start
+        _ = submit.respond(to: Fixtures.line(["type": "purchase", "account": "ann", "transaction": Fixtures.transaction("77", at: t), "at": t]))
+        _ = submit.respond(to: Fixtures.line(["type": "delete-account", "account": "ann", "at": t + 1]))
+        let lineage = ledger.lineage(originalTransactionId: "77")
+        #expect(try ledger.replayLineage(originalTransactionId: "77").isEmpty == false)
+        let tombstone = try #require(
+            try ledger.store.records().first { if case .lineageTombstoned = $0.event { return true } else { return false } })
+        try ledger.store.environment.write { txn in
+            _ = try txn.delete(LedgerStore.Database.lineages, lineage.digest.bytes + u64Bytes(tombstone.sequence))
+        }
+        #expect(throws: LedgerStoreError.self) { try ledger.replayLineage(originalTransactionId: "77") }
+        let store = directory.path("store").path
+        let export = try LedgerBinary.run([
+            "dispute", "export", "--store", store, "--original-transaction-id", "77", "--out", directory.path("b.json").path,
+        ])
+        #expect(export.status == 3, "\(export.stdout)")
+        #expect(export.stderr.contains("lineage index disagrees"))
+        #expect(!FileManager.default.fileExists(atPath: directory.path("b.json").path))
+        _ = try ledger.store.rebuildReadModels(repair: true)
+        #expect(try ledger.replayLineage(originalTransactionId: "77").isEmpty == false)
     }
 }
