@@ -7,6 +7,7 @@ public struct LMDBError: Error, CustomStringConvertible, Sendable {
     public let operation: String
     public var description: String { "\(operation): \(String(cString: mdb_strerror(code)))" }
     var isMapFull: Bool { code == MDB_MAP_FULL }
+    var isNotFound: Bool { code == MDB_NOTFOUND }
 }
 
 /// Turns an LMDB return code into a thrown ``LMDBError`` naming the call.
@@ -23,27 +24,30 @@ final class LMDBEnvironment: @unchecked Sendable {
     /// Serialises transactions of this process so the map can be resized safely.
     private let lock = NSRecursiveLock()
 
-    init(path: String, databaseNames: [String], initialMapSize: Int) throws {
+    /// Opens (creating if needed) the environment at `path` and its databases. With `existing`,
+    /// that database must already be there: otherwise nothing is created and
+    /// ``LMDBError/isNotFound`` is thrown, so a foreign LMDB store is never modified.
+    init(path: String, databaseNames: [String], initialMapSize: Int, existing: String? = nil) throws {
         var env: OpaquePointer?
         try lmdb(mdb_env_create(&env), "mdb_env_create")
         guard let env else { throw LMDBError(code: EINVAL, operation: "mdb_env_create") }
+        // From here the object is fully initialised: on any failure below, deinit closes `env`.
         handle = env
-        do {
-            try lmdb(mdb_env_set_maxdbs(env, MDB_dbi(databaseNames.count + 2)), "mdb_env_set_maxdbs")
-            try lmdb(mdb_env_set_mapsize(env, initialMapSize), "mdb_env_set_mapsize")
-            try lmdb(mdb_env_open(env, path, UInt32(MDB_NOTLS), 0o600), "mdb_env_open(\(path))")
-            var dead: Int32 = 0
-            try lmdb(mdb_reader_check(env, &dead), "mdb_reader_check")
-            try write { txn in
-                for name in databaseNames {
-                    var dbi: MDB_dbi = 0
-                    try lmdb(mdb_dbi_open(txn.handle, name, UInt32(MDB_CREATE), &dbi), "mdb_dbi_open(\(name))")
-                    databases[name] = dbi
-                }
+        try lmdb(mdb_env_set_maxdbs(env, MDB_dbi(databaseNames.count + 2)), "mdb_env_set_maxdbs")
+        try lmdb(mdb_env_set_mapsize(env, initialMapSize), "mdb_env_set_mapsize")
+        try lmdb(mdb_env_open(env, path, UInt32(MDB_NOTLS), 0o600), "mdb_env_open(\(path))")
+        var dead: Int32 = 0
+        try lmdb(mdb_reader_check(env, &dead), "mdb_reader_check")
+        try write { txn in
+            if let existing {
+                var dbi: MDB_dbi = 0
+                try lmdb(mdb_dbi_open(txn.handle, existing, 0, &dbi), "mdb_dbi_open(\(existing))")
             }
-        } catch {
-            mdb_env_close(env)
-            throw error
+            for name in databaseNames {
+                var dbi: MDB_dbi = 0
+                try lmdb(mdb_dbi_open(txn.handle, name, UInt32(MDB_CREATE), &dbi), "mdb_dbi_open(\(name))")
+                databases[name] = dbi
+            }
         }
     }
 

@@ -127,16 +127,26 @@ public final class LedgerStore: @unchecked Sendable {
         } catch LedgerStoreError.storeBusy {
             throw LedgerStoreError.alreadyInitialized(directory: directory.path)
         }
-        let hasMetadata = try { () throws -> Bool in
-            let environment = try LMDBEnvironment(path: directory.path, databaseNames: databaseNames, initialMapSize: 16 << 20)
-            return try environment.read { txn in try txn.get(Database.meta, Meta.formatVersion) } != nil
-        }()
+        let notALedger = LedgerStoreError.corrupt(
+            "\(dataFile) is not a ledger (empty, another program's LMDB store, or damaged): left unchanged; choose another --store")
+        guard ((try? FileManager.default.attributesOfItem(atPath: dataFile))?[.size] as? Int ?? 0) > 0 else { throw notALedger }
+        let hasMetadata: Bool
+        do {
+            let environment = try LMDBEnvironment(
+                path: directory.path, databaseNames: databaseNames, initialMapSize: 16 << 20, existing: Database.meta)
+            hasMetadata = try environment.read { txn in try txn.get(Database.meta, Meta.formatVersion) } != nil
+        } catch let error as LMDBError where error.isNotFound {
+            throw notALedger
+        }
         withExtendedLifetime(lock) {}  // held until the environment above is closed
         guard hasMetadata else {
-            throw LedgerStoreError.incompleteInit(directory: directory.path, detail: "data.mdb holds no ledger metadata")
+            throw LedgerStoreError.incompleteInit(directory: directory.path, detail: Self.noMetadata)
         }
         throw LedgerStoreError.alreadyInitialized(directory: directory.path)
     }
+
+    static let noMetadata =
+        "data.mdb holds no ledger metadata; if this directory held a working ledger, restore data.mdb from your backup instead"
 
     /// What is left of an interrupted `create` in `directory`, described for
     /// ``LedgerStoreError/incompleteInit(directory:detail:)``; nil when there is no sign of one.
@@ -170,7 +180,7 @@ public final class LedgerStore: @unchecked Sendable {
         }
         let lock = try lock ?? StoreLock(directory: directory, mode: .shared, busy: .storeBusy(directory: directory.path))
         let keys = try LedgerKeys.load(from: directory.appendingPathComponent(LedgerKeys.fileName))
-        try self.init(directory: directory, keys: keys, lock: lock)
+        try self.init(directory: directory, keys: keys, lock: lock, existing: true)
         let (format, modelVersion, keyCheck) = try environment.read { txn in
             (
                 try txn.get(Database.meta, Meta.formatVersion).flatMap(u32), try txn.get(Database.meta, Meta.readModelVersion).flatMap(u32),
@@ -178,7 +188,7 @@ public final class LedgerStore: @unchecked Sendable {
             )
         }
         guard let format else {
-            throw LedgerStoreError.incompleteInit(directory: directory.path, detail: "data.mdb holds no ledger metadata")
+            throw LedgerStoreError.incompleteInit(directory: directory.path, detail: Self.noMetadata)
         }
         guard format <= Self.formatVersion else {
             throw LedgerStoreError.newerFormat(found: format, supported: Self.formatVersion)
@@ -191,12 +201,23 @@ public final class LedgerStore: @unchecked Sendable {
         }
     }
 
-    private init(directory: URL, keys: LedgerKeys, lock: StoreLock) throws {
+    private init(directory: URL, keys: LedgerKeys, lock: StoreLock, existing: Bool = false) throws {
         self.directory = directory
         self.keys = keys
         self.lock = lock
-        self.environment = try LMDBEnvironment(
-            path: directory.path, databaseNames: Self.databaseNames, initialMapSize: 16 << 20)
+        let dataFile = directory.appendingPathComponent("data.mdb").path
+        if existing, ((try? FileManager.default.attributesOfItem(atPath: dataFile))?[.size] as? Int ?? 0) == 0 {
+            throw LedgerStoreError.corrupt("\(dataFile) is empty: restore data.mdb from your backup")
+        }
+        do {
+            self.environment = try LMDBEnvironment(
+                path: directory.path, databaseNames: Self.databaseNames, initialMapSize: 16 << 20,
+                existing: existing ? Database.meta : nil)
+        } catch let error as LMDBError where error.isNotFound {
+            throw LedgerStoreError.corrupt(
+                "\(dataFile) holds no ledger metadata (another program's LMDB store, or a damaged file): left unchanged; restore data.mdb from your backup or choose another --store"
+            )
+        }
     }
 
     /// The configuration blob given to ``create(at:configuration:)``.

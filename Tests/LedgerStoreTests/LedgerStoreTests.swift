@@ -228,3 +228,41 @@ enum RecordFixtures {
         #expect(throws: LedgerStoreError.wrongKey(path: key.path)) { try LedgerStore(opening: directory.path("a")) }
     }
 }
+
+@Suite struct ForeignStoreTests {
+    /// Another program's LMDB store, or an emptied data.mdb, is refused and left unchanged by both
+    /// `init` and opening.
+    @Test func aForeignOrEmptyDataFileIsRefusedAndLeftUnchanged() throws {
+        let directory = TemporaryDirectory("foreign")
+        defer { directory.remove() }
+        let foreign = directory.path("foreign")
+        try FileManager.default.createDirectory(at: foreign, withIntermediateDirectories: true)
+        do {
+            let environment = try LMDBEnvironment(path: foreign.path, databaseNames: ["foo"], initialMapSize: 1 << 20)
+            try environment.write { txn in try txn.put("foo", [1], [2]) }
+        }
+        let before = try Data(contentsOf: foreign.appendingPathComponent("data.mdb"))
+        let store = foreign.path
+        let opened = try LedgerBinary.run(["verify", "--store", store])
+        #expect(opened.status == 3, "no key file, no ledger: \(opened.stderr)")
+        // With a key file beside it, opening reaches the data file and still changes nothing.
+        _ = try LedgerKeys.create(at: foreign.appendingPathComponent(LedgerKeys.fileName))
+        let withKey = try LedgerBinary.run(["verify", "--store", store])
+        #expect(withKey.status == 3)
+        #expect(withKey.stderr.contains("no ledger metadata"), "\(withKey.stderr)")
+        #expect(try Data(contentsOf: foreign.appendingPathComponent("data.mdb")) == before)
+        try FileManager.default.removeItem(at: foreign.appendingPathComponent(LedgerKeys.fileName))
+        let created = try LedgerBinary.run(["init", "--store", store, "--bundle-id", "a", "--environment", "Sandbox"])
+        #expect(created.status == 3)
+        #expect(created.stderr.contains("not a ledger"), "\(created.stderr)")
+        #expect(try Data(contentsOf: foreign.appendingPathComponent("data.mdb")) == before)
+
+        let emptied = directory.path("emptied")
+        _ = try LedgerStore.create(at: emptied, configuration: [])
+        try Data().write(to: emptied.appendingPathComponent("data.mdb"))
+        let verify = try LedgerBinary.run(["verify", "--store", emptied.path])
+        #expect(verify.status == 3)
+        #expect(verify.stderr.contains("restore data.mdb"), "\(verify.stderr)")
+        #expect(try Data(contentsOf: emptied.appendingPathComponent("data.mdb")).isEmpty)
+    }
+}

@@ -150,7 +150,7 @@ import Testing
         _ = try LedgerKeys.create(at: storeURL.appendingPathComponent(LedgerKeys.fileName))
         // An LMDB environment with no metadata: an older init stopped before its metadata commit.
         _ = try LMDBEnvironment(path: storeURL.path, databaseNames: LedgerStore.databaseNames, initialMapSize: 1 << 20)
-        try expectIncomplete("data.mdb holds no ledger metadata")
+        try expectIncomplete(LedgerStore.noMetadata)
     }
 
     @Test func aCompleteStoreIsStillAlreadyInitializedAndAnEmptyDirectoryNotInitialized() throws {
