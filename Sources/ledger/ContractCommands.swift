@@ -54,8 +54,8 @@ struct BindingCommand: Subcommand {
     static let options: Set<String> = ["original-transaction-id", "environment", "at"]
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let id = try arguments.originalTransactionId() ?? ""
         let ledger = try openLedger(arguments)
-        let id = try arguments.required("original-transaction-id")
         var environment: AppleEnvironment?
         if let name = arguments.value("environment") {
             guard let parsed = AppleEnvironment(rawValue: name) else {

@@ -110,7 +110,7 @@ struct ReplayCommand: Subcommand {
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let ledger = try openLedger(arguments)
         let steps = try ledger.replayLineage(
-            originalTransactionId: try arguments.required("original-transaction-id"), environment: try environmentOption(arguments),
+            originalTransactionId: try arguments.originalTransactionId() ?? "", environment: try environmentOption(arguments),
             until: try limit(arguments))
         if steps.isEmpty { console.err("no records of this lineage (check --environment and the id)") }
         if arguments.flags.contains("text") {
@@ -138,7 +138,7 @@ struct ExplainCommand: Subcommand {
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let ledger = try openLedger(arguments)
         let uid = try arguments.required("uid")
-        let id = try arguments.required("original-transaction-id")
+        let id = try arguments.originalTransactionId() ?? ""
         let environment = try environmentOption(arguments)
         let at = try arguments.time("at") ?? LedgerTime.now()
         let explanation = try ledger.explain(uid: uid, originalTransactionId: id, environment: environment, at: at)
@@ -248,7 +248,7 @@ struct DisputeCommand: Subcommand {
     static func export(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let ledger = try openLedger(arguments)
         let out = try arguments.required("out")
-        let id = try arguments.required("original-transaction-id")
+        let id = try arguments.originalTransactionId() ?? ""
         guard !(try ledger.lineageRecords(originalTransactionId: id, environment: try environmentOption(arguments)).records.isEmpty) else {
             throw CLIError.usage("the ledger has no record of original transaction \(id) in this environment (check --environment)")
         }

@@ -105,7 +105,7 @@ struct SupportCommand: Subcommand {
         case "request":
             let input = TransferRequestInput(
                 caseId: try arguments.required("case"), reason: try arguments.required("reason"),
-                originalTransactionId: try arguments.required("original-transaction-id"),
+                originalTransactionId: try arguments.originalTransactionId() ?? "",
                 environment: try environment(arguments), targetUID: try arguments.required("target-account"),
                 targetAuthentication: try arguments.required("target-auth"), ownershipEvidence: try arguments.required("evidence"))
             let staff = try arguments.required("operator")
@@ -199,7 +199,7 @@ struct AuditCommand: Subcommand {
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let ledger = try openLedger(arguments)
         let records = try ledger.audit(
-            caseId: arguments.value("case"), originalTransactionId: arguments.value("original-transaction-id"),
+            caseId: arguments.value("case"), originalTransactionId: try arguments.originalTransactionId(required: false),
             environment: try SupportCommand.environment(arguments))
         var allValid = true
         for record in records {
