@@ -112,7 +112,12 @@ struct ReplayCommand: Subcommand {
         let steps = try ledger.replayLineage(
             originalTransactionId: try arguments.originalTransactionId() ?? "", environment: try environmentOption(arguments),
             until: try limit(arguments))
-        if steps.isEmpty { console.err("no records of this lineage (check --environment and the id)") }
+        if steps.isEmpty {
+            console.err(
+                arguments.value("until") == nil
+                    ? "no records of this lineage (check --environment and the id)"
+                    : "no records of this lineage up to --until \(arguments.value("until") ?? "") (check it, --environment and the id)")
+        }
         if arguments.flags.contains("text") {
             renderText(steps).forEach(console.out)
         } else {
