@@ -133,18 +133,18 @@ public enum Decider {
         return DecisionIssued(reason: .accountDeleted, lineage: nil, account: account)
     }
 
-    /// The grant for `transaction`: the latest verified expiry wins, so an out-of-order older
-    /// transaction never shortens an entitlement.
+    /// The grant for `transaction`: the latest verified expiry wins, with its product, so an
+    /// out-of-order older transaction never shortens an entitlement or changes its product.
     private static func grant(
         _ transaction: TransactionFacts, to account: AccountID, lineage: LineageKey, previous: Entitlement?
     ) -> EntitlementGranted {
-        var expiresAt = transaction.expiresDate
         if let previous, previous.account == account, previous.revokedAt == nil, let old = previous.expiresAt,
-            let new = expiresAt, old > new
+            let new = transaction.expiresDate, old > new
         {
-            expiresAt = old
+            return EntitlementGranted(lineage: lineage, account: account, productId: previous.productId, expiresAt: old)
         }
-        return EntitlementGranted(lineage: lineage, account: account, productId: transaction.productId, expiresAt: expiresAt)
+        return EntitlementGranted(
+            lineage: lineage, account: account, productId: transaction.productId, expiresAt: transaction.expiresDate)
     }
 
     /// True when `entitlement` is revoked and `transaction` was purchased at or before the

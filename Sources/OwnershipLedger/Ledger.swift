@@ -197,14 +197,21 @@ public final class Ledger: @unchecked Sendable {
             transaction: payload.transaction.map { facts($0, provenance: provenance) })
     }
 
-    /// Refuses, before anything is decided, times outside ``LedgerTime/supportedRange`` and
-    /// ownership types other than `PURCHASED` and `FAMILY_SHARED`.
+    /// Refuses, before anything is decided, times outside ``LedgerTime/supportedRange``, ownership
+    /// types other than `PURCHASED` and `FAMILY_SHARED`, and transactions that are not
+    /// auto-renewable subscriptions (a `type` other than that, or no `expiresDate`).
     public static func validate(_ submission: Submission, at: Timestamp) throws {
         func check(_ time: Timestamp?, _ field: String) throws {
             guard let time, !LedgerTime.supportedRange.contains(time) else { return }
             throw SubmissionError("\(field) \(time) is outside the supported range (1970 through 9999, in milliseconds)")
         }
         func check(_ transaction: TransactionPayload, _ context: String) throws {
+            if let type = transaction.type, type != "Auto-Renewable Subscription" {
+                throw SubmissionError("\(context).type \"\(type)\" is not an auto-renewable subscription; the ledger binds only subscriptions")
+            }
+            guard transaction.expiresDate != nil else {
+                throw SubmissionError("\(context) is missing expiresDate, which every subscription transaction carries")
+            }
             guard ["PURCHASED", "FAMILY_SHARED"].contains(transaction.inAppOwnershipType) else {
                 throw SubmissionError(
                     "\(context).inAppOwnershipType \"\(transaction.inAppOwnershipType)\" is neither PURCHASED nor FAMILY_SHARED")

@@ -38,6 +38,9 @@ struct SubmitCommand: Subcommand {
             }
             if !output.isEmpty { console.out(output.joined(separator: "\n")) }
         }
+        if let error = input.readError {
+            throw CLIError(code: .storeError, message: "reading standard input failed: \(error); lines after the last answer were not read")
+        }
         return .success
     }
 }
@@ -164,6 +167,8 @@ struct LineBatches {
     let maximumLineBytes: Int
     private var buffer: [UInt8] = []
     private var endOfInput = false
+    /// Why reading standard input failed, if it did (not the end of input).
+    private(set) var readError: String?
     /// Set while discarding the rest of an oversized line.
     private var discarding = false
 
@@ -194,6 +199,8 @@ struct LineBatches {
     }
 
     private static func line(_ bytes: ArraySlice<UInt8>) -> InputLine {
+        // CRLF line endings: the carriage return belongs to the line break, not to the line.
+        let bytes = bytes.last == 0x0D ? bytes.dropLast() : bytes
         guard let text = String(validating: bytes, as: UTF8.self) else { return .unreadable("line is not valid UTF-8") }
         return .text(text)
     }
@@ -221,11 +228,27 @@ struct LineBatches {
 
     private mutating func readChunk() {
         var chunk = [UInt8](repeating: 0, count: 1 << 16)
-        let count = chunk.withUnsafeMutableBytes { read(fileDescriptor, $0.baseAddress, $0.count) }
-        if count <= 0 {
-            endOfInput = true
-        } else {
-            buffer.append(contentsOf: chunk[0..<count])
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fileDescriptor, $0.baseAddress, $0.count) }
+            if count > 0 {
+                buffer.append(contentsOf: chunk[0..<count])
+                return
+            }
+            if count == 0 {
+                endOfInput = true
+                return
+            }
+            switch errno {
+            case EINTR: continue
+            case EAGAIN:
+                // A non-blocking descriptor with nothing yet: wait for input rather than stop.
+                var descriptor = pollfd(fd: fileDescriptor, events: Int16(POLLIN), revents: 0)
+                _ = poll(&descriptor, 1, -1)
+            default:
+                readError = String(cString: strerror(errno))
+                endOfInput = true
+                return
+            }
         }
     }
 

@@ -277,3 +277,28 @@ import Testing
         #expect(try head() == 0)
     }
 }
+
+extension ContractScenarioTests {
+    @Test func anOlderTransactionOfAnotherProductChangesNeitherProductNorExpiry() throws {
+        defer { directory.remove() }
+        var yearly = Fixtures.transaction("4300", transactionId: "4301", at: t + day, days: 365)
+        yearly["productId"] = "com.myrecipes.premium.yearly"
+        send(["type": "purchase", "account": "alice", "transaction": yearly, "at": t + day])
+        var monthly = Fixtures.transaction("4300", transactionId: "4300", at: t)
+        monthly["productId"] = "com.myrecipes.basic.monthly"
+        send(["type": "restore", "account": "alice", "transaction": monthly, "at": t + 2 * day])
+        let entitlement = try #require(try ledger.account(uid: "alice").entitlements.first)
+        #expect(entitlement.productId == "com.myrecipes.premium.yearly")
+        #expect(entitlement.expiresAt == t + day + 365 * day)
+    }
+
+    @Test(arguments: ["type", "expiresDate"])
+    func nonSubscriptionTransactionsAreInvalid(field: String) throws {
+        defer { directory.remove() }
+        var transaction = Fixtures.transaction("4400", at: t)
+        if field == "type" { transaction["type"] = "Non-Consumable" } else { transaction["expiresDate"] = nil }
+        let answer = send(["type": "purchase", "account": "alice", "transaction": transaction, "at": t])
+        #expect(answer["decision"] as? String == "invalid", "\(answer)")
+        #expect(try ledger.binding(originalTransactionId: "4400").state == "unbound")
+    }
+}

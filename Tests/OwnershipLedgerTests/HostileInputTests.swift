@@ -82,3 +82,15 @@ import Testing
         #expect(LedgerTime.format(Int64.min) == "\(Int64.min)ms")
     }
 }
+
+extension HostileInputTests {
+    @Test func crlfLineEndingsAndCRLFBlankLinesKeepAnswersInStep() throws {
+        defer { directory.remove() }
+        try initStore()
+        let input = "{\"id\":1,\"type\":\"delete-account\",\"account\":\"x\"}\r\n\r\n{\"id\":2,\"type\":\"delete-account\",\"account\":\"y\"}\r\n"
+        let result = try LedgerBinary.run(["submit", "--store", store], stdin: input)
+        let answers = result.lines.map(Fixtures.object)
+        #expect(answers.count == 2)
+        #expect(answers.map { $0["id"] as? Int } == [1, 2])
+    }
+}
