@@ -79,11 +79,12 @@ public final class Ledger: @unchecked Sendable {
     /// Decides one submission inside `session`.
     ///
     /// Idempotency: a submission is identified by what it carries (notification UUID; kind, account,
-    /// transaction id and signed date; deleted UID). A retry is answered with the recorded decision,
-    /// appending nothing, while it cannot change anything: a notification always (different content
-    /// under the same UUID is a conflict), a transaction while its lineage's owner and entitlement
-    /// status have not changed since, a deletion while the UID still has no live account. Otherwise it is decided again against the
-    /// current state (a restore retried after a support transfer, a UID deleted again after reuse).
+    /// transaction id and signed date; deleted UID). A retry is answered with the recorded decision
+    /// and the entitlement as it stands now, appending nothing: a notification always (different
+    /// content under the same UUID is a conflict); a transaction when deciding it again would change
+    /// nothing and tell the same outcome; a deletion while the UID has no live account. Otherwise it
+    /// is decided again and recorded (a restore retried after a transfer, a deletion, a refund or an
+    /// expiry; a UID deleted again after reuse).
     private func decide(_ submission: Submission, at: Timestamp, in session: WriteSession) throws -> Decision {
         try Self.validate(submission, at: at)
         let keys = store.keys
@@ -99,33 +100,48 @@ public final class Ledger: @unchecked Sendable {
         }
         let submissionKey = keys.eventId(batch: base, index: 0)
         var attempt: UInt32 = 0
+        var prior: [Record]?
         if let latest = try session.reader.latestAttempt(of: submissionKey) {
-            let prior = try recordedBatch(from: latest.firstSequence, session: session)
-            if try isRetry(submission, of: prior, session: session) {
-                return Decision(events: prior.map(\.event), lastSequence: prior.last?.sequence, at: at, duplicate: true)
-            }
+            prior = try recordedBatch(from: latest.firstSequence, session: session)
             attempt = latest.attempt + 1
         }
         let command: Command
         var erasedUID: String?
         switch submission {
         case .transaction(let kind, let uid, let payload, let provenance):
+            var account: AccountID?
+            if let uid {
+                // A retry from an account deleted since is decided without issuing the UID a new
+                // identity: its records name a pseudonym that maps to nobody.
+                account =
+                    try session.reader.pseudonym(ofUID: uid)
+                    ?? (prior == nil ? try session.pseudonym(forUID: uid) : try Self.unlinkedPseudonym())
+            }
             command = .submitTransaction(
                 TransactionSubmitted(
-                    kind: kind, account: try uid.map { try session.pseudonym(forUID: $0) }, lineage: lineage(of: payload),
-                    transaction: facts(payload, provenance: provenance)))
+                    kind: kind, account: account, lineage: lineage(of: payload), transaction: facts(payload, provenance: provenance)))
         case .notification(let payload, let provenance):
-            command = .receiveNotification(notificationFact(payload, provenance: provenance))
+            let fact = notificationFact(payload, provenance: provenance)
+            if let prior, prior.first?.event != .notificationReceived(fact) {
+                throw SubmissionError(
+                    "notificationUUID \(payload.notificationUUID) was delivered before with different content", code: "conflict")
+            }
+            command = .receiveNotification(fact)
         case .deleteAccount(let uid):
             guard let account = try session.reader.pseudonym(ofUID: uid) else {
+                if let prior { return try answer(toRetryOf: prior, lineage: nil, at: at, session: session) }
                 return Decision(reason: .unknownAccount, sequence: nil, entitlement: nil, duplicate: false)
             }
             command = .deleteAccount(account)
             erasedUID = uid
         }
-        let batch = attempt == 0 ? base : base + Self.descriptor("attempt", String(attempt))
         let before = try session.reader.loadState(lineages: command.lineages, accounts: command.accounts)
         let events = Decider.decide(command, state: before, at: at)
+        let after = StateProjection.fold(events, into: before)
+        if let prior, isRetry(submission, prior: prior, decided: events, changes: before != after) {
+            return try answer(toRetryOf: prior, lineage: command.lineages.first, at: at, session: session)
+        }
+        let batch = attempt == 0 ? base : base + Self.descriptor("attempt", String(attempt))
         let pending = events.enumerated().map { index, event in
             PendingEvent(eventId: keys.eventId(batch: batch, index: index), recordedAt: at, event: event)
         }
@@ -133,45 +149,50 @@ public final class Ledger: @unchecked Sendable {
         if let first = result.sequences.first {
             try session.recordAttempt(of: submissionKey, attempt: attempt, firstSequence: first)
         }
-        try session.saveState(from: before, to: StateProjection.fold(events, into: before))
+        try session.saveState(from: before, to: after)
         if let erasedUID { try session.eraseIdentity(uid: erasedUID) }
         return Decision(events: events, lastSequence: result.sequences.last, at: at, duplicate: false)
+    }
+
+    /// Whether a submission seen before (`prior`) is a retry to answer with its first decision
+    /// rather than a new attempt: a notification always (Apple redelivers it; its content was
+    /// checked); a transaction when deciding it again would change nothing and tell the caller the
+    /// same outcome and code (otherwise, e.g. after a transfer, a deletion, a refund or an expiry,
+    /// it is recorded and answered anew).
+    private func isRetry(_ submission: Submission, prior: [Record], decided events: [LedgerEvent], changes: Bool) -> Bool {
+        switch submission {
+        case .notification: return true
+        case .deleteAccount: return false
+        case .transaction:
+            func told(_ events: [LedgerEvent]) -> (Outcome, String)? {
+                for case .decisionIssued(let decision) in events.reversed() { return (decision.reason.outcome, decision.reason.code) }
+                return nil
+            }
+            guard let first = told(prior.map(\.event)), let now = told(events) else { return false }
+            return !changes && first == now
+        }
+    }
+
+    /// The first decision of a retried submission, with the entitlement as it stands now.
+    private func answer(toRetryOf prior: [Record], lineage: LineageKey?, at: Timestamp, session: WriteSession) throws -> Decision {
+        var decision = Decision(events: prior.map(\.event), lastSequence: prior.last?.sequence, at: at, duplicate: true)
+        if decision.entitlement != nil, let lineage {
+            let state = try session.reader.loadState(lineages: [lineage]).lineage(lineage)
+            decision.entitlement = state.entitlement.map { EntitlementView($0, lineage: state, at: at) }
+        }
+        return decision
+    }
+
+    /// A pseudonym for a submitter whose identity was erased: random and never stored in the vault.
+    private static func unlinkedPseudonym() throws -> AccountID {
+        guard let account = AccountID(try Digest.randomBytes(16)) else { throw LedgerStoreError.corrupt("pseudonym") }
+        return account
     }
 
     /// An unambiguous description of a submission: each part length-prefixed, so no UID or id can
     /// make two submissions (or two attempts) share event ids.
     static func descriptor(_ parts: String...) -> String {
         parts.map { "\($0.utf8.count):\($0)" }.joined()
-    }
-
-    /// Whether `submission`, submitted before as `prior`, is a retry that can change nothing.
-    private func isRetry(_ submission: Submission, of prior: [Record], session: WriteSession) throws -> Bool {
-        switch submission {
-        case .notification(let payload, let provenance):
-            let fact = LedgerEvent.notificationReceived(notificationFact(payload, provenance: provenance))
-            guard prior.first?.event == fact else {
-                throw SubmissionError(
-                    "notificationUUID \(payload.notificationUUID) was delivered before with different content", code: "conflict")
-            }
-            return true
-        case .transaction(_, let uid, let payload, _):
-            // The submitting account was deleted since: answer as before, issuing it no new identity.
-            if let uid, try session.reader.pseudonym(ofUID: uid) == nil { return true }
-            // A retry is decided again when its first answer may no longer hold: the lineage's owner
-            // changed since (a transfer, a deletion) or Apple revoked, reinstated or ended it.
-            let decided = prior.last?.sequence ?? 0
-            for sequence in try session.reader.sequences(ofLineage: lineage(of: payload)) where sequence > decided {
-                switch try session.reader.record(sequence)?.event {
-                case .lineageBound, .lineageTombstoned, .transferApplied, .entitlementRevoked, .entitlementReinstated,
-                    .entitlementEnded:
-                    return false
-                default: continue
-                }
-            }
-            return true
-        case .deleteAccount(let uid):
-            return try session.reader.pseudonym(ofUID: uid) == nil
-        }
     }
 
     /// The records of the batch starting at `sequence`, through its decision.

@@ -121,16 +121,37 @@ extension IdempotencyTests {
         #expect(try ledger.store.replay().isIntact)
     }
 
-    @Test func aPurchaseRetriedAfterItsAccountWasDeletedKeepsTheFirstAnswerAndNoIdentity() throws {
+    @Test func aPurchaseRetriedAfterItsAccountWasDeletedIsDeniedAndIssuesNoIdentity() throws {
         defer { directory.remove() }
         let purchase: [String: Any] = ["type": "purchase", "account": "zoe", "transaction": Fixtures.transaction("6200", at: t), "at": t]
         #expect(send(purchase)["decision"] as? String == "granted")
         send(["type": "delete-account", "account": "zoe", "at": t + day])
-        let head = try ledger.store.head().sequence
-        let retried = send(purchase)
+        // The same signed transaction again (an in-flight retry, or StoreKit's cached JWS): the
+        // lineage is a tombstone now, so the answer is a denial, never the first "granted".
+        let retried = send(purchase.merging(["at": t + 2 * day]) { $1 })
+        #expect(retried["decision"] as? String == "denied", "\(retried)")
+        #expect(retried["code"] as? String == "permission-denied")
+        #expect(retried["entitlement"] == nil)
+        #expect(try ledger.account(uid: "zoe").known == false, "no identity is issued to the deleted UID")
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    @Test func aRetryIsAnsweredWithTheEntitlementAsItStandsNow() throws {
+        defer { directory.remove() }
+        let purchase: [String: Any] = ["type": "purchase", "account": "ann", "transaction": Fixtures.transaction("6400", at: t), "at": t]
+        send(purchase)
+        let renewal = Fixtures.notification(
+            "DID_RENEW", uuid: "r-6400", transaction: Fixtures.transaction("6400", transactionId: "6401", at: t + 30 * day), at: t + 30 * day)
+        send(["type": "notification", "notification": renewal, "at": t + 30 * day])
+        let retried = send(purchase.merging(["at": t + 31 * day]) { $1 })
         #expect(retried["duplicate"] as? Bool == true)
-        #expect(try ledger.store.head().sequence == head)
-        #expect(try ledger.account(uid: "zoe").known == false)
+        let entitlement = try #require(retried["entitlement"] as? [String: Any])
+        #expect(entitlement["expiresAt"] as? String == LedgerTime.format(t + 60 * day))
+        #expect(entitlement["active"] as? Bool == true)
+        // Once it has expired, the same retry is decided again and says so.
+        let late = send(purchase.merging(["at": t + 61 * day]) { $1 })
+        #expect(late["decision"] as? String == "recorded", "\(late)")
+        #expect(late["code"] as? String == "expired")
     }
 
     @Test(arguments: ["family_shared", "FAMILY_SHARED ", "", "GIFTED"])
