@@ -148,13 +148,10 @@ extension Ledger {
                 staff: staff, roles: roles, publicKey: publicKey.rawRepresentation, ownAccount: ownAccount,
                 enrolledBy: administrator, signature: [])
             enrolment.signature = try administratorKey.sign(enrolment.signedMessage)
-            let state = try session.reader.loadState()
-            let valid = Self.verifies(enrolment.signature, enrolment.signedMessage, key: state.staff[administrator]?.publicKey)
-            let decided = TransferDecider.enroll(enrolment, signatureValid: valid, state: state)
-            var result = outcome("enroll", checks: decided.checks)
-            guard decided.accepted else { throw SupportRefusal(outcome: result) }
-            (result.appended, result.sequences) = try commit(decided.events, batch: "enroll|\(staff)", before: state, at: at, session: session)
-            return result
+            return try changeRoster(
+                "enroll", staff: staff, administrator: administrator, signature: enrolment.signature,
+                message: enrolment.signedMessage, at: at, session: session
+            ) { valid, state in TransferDecider.enroll(enrolment, signatureValid: valid, state: state) }
         }
     }
 
@@ -167,14 +164,25 @@ extension Ledger {
         return try store.write { session in
             var removal = StaffRemoved(staff: staff, removedBy: administrator, signature: [])
             removal.signature = try administratorKey.sign(removal.signedMessage)
-            let state = try session.reader.loadState()
-            let valid = Self.verifies(removal.signature, removal.signedMessage, key: state.staff[administrator]?.publicKey)
-            let decided = TransferDecider.remove(removal, signatureValid: valid, state: state)
-            var result = outcome("remove", checks: decided.checks)
-            guard decided.accepted else { throw SupportRefusal(outcome: result) }
-            (result.appended, result.sequences) = try commit(decided.events, batch: "remove|\(staff)", before: state, at: at, session: session)
-            return result
+            return try changeRoster(
+                "remove", staff: staff, administrator: administrator, signature: removal.signature, message: removal.signedMessage,
+                at: at, session: session
+            ) { valid, state in TransferDecider.remove(removal, signatureValid: valid, state: state) }
         }
+    }
+
+    /// A signed roster change: checks the administrator's signature against the roster, decides,
+    /// and appends, or throws ``SupportRefusal`` recording nothing.
+    private func changeRoster(
+        _ step: String, staff: StaffID, administrator: StaffID, signature: [UInt8], message: [UInt8], at: Timestamp,
+        session: WriteSession, decide: (_ signatureValid: Bool, _ state: LedgerState) -> TransferDecider.Outcome
+    ) throws -> SupportOutcome {
+        let state = try session.reader.loadState()
+        let decided = decide(Self.verifies(signature, message, key: state.staff[administrator]?.publicKey), state)
+        var result = outcome(step, checks: decided.checks)
+        guard decided.accepted else { throw SupportRefusal(outcome: result) }
+        (result.appended, result.sequences) = try commit(decided.events, batch: "\(step)|\(staff)", before: state, at: at, session: session)
+        return result
     }
 
     // MARK: Transfer steps

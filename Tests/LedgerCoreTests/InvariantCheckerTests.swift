@@ -85,14 +85,21 @@ import Testing
 
     // MARK: Invariant 3: a refund is not undone by replaying an earlier transaction
 
-    @Test func aTransactionFromBeforeTheRefundMustNotGrantTheRevokedEntitlementAgain() {
+    /// Alice bought at 1,000 and Apple refunded it at 1,500.
+    static func refundedPurchase() -> History {
         var history = History()
-        let purchase = Self.facts(purchasedAt: 1_000)
-        history.add(Self.submitted(.purchase, by: S.alice, purchase))
+        let purchase = facts(purchasedAt: 1_000)
+        history.add(submitted(.purchase, by: S.alice, purchase))
         history.add(.lineageBound(lineage: S.lineage, account: S.alice))
-        history.add(Self.granted(S.alice, purchase))
-        history.add(Self.notified("REFUND", key: 1, Self.facts(purchasedAt: 1_000, revokedAt: 1_500)))
+        history.add(granted(S.alice, purchase))
+        history.add(notified("REFUND", key: 1, facts(purchasedAt: 1_000, revokedAt: 1_500)))
         history.add(.entitlementRevoked(lineage: S.lineage, account: S.alice, revokedAt: 1_500))
+        return history
+    }
+
+    @Test func aTransactionFromBeforeTheRefundMustNotGrantTheRevokedEntitlementAgain() {
+        var history = Self.refundedPurchase()
+        let purchase = Self.facts(purchasedAt: 1_000)
         // The signed purchase replayed as a restore, and a renewal purchased exactly at the revocation.
         history.add(Self.submitted(.restore, by: S.alice, purchase))
         let replayed = history.add(Self.granted(S.alice, purchase))
@@ -109,13 +116,8 @@ import Testing
     }
 
     @Test func aReversedRefundOrAPurchaseAfterTheRevocationGrantsAgain() {
-        var history = History()
+        var history = Self.refundedPurchase()
         let purchase = Self.facts(purchasedAt: 1_000)
-        history.add(Self.submitted(.purchase, by: S.alice, purchase))
-        history.add(.lineageBound(lineage: S.lineage, account: S.alice))
-        history.add(Self.granted(S.alice, purchase))
-        history.add(Self.notified("REFUND", key: 1, Self.facts(purchasedAt: 1_000, revokedAt: 1_500)))
-        history.add(.entitlementRevoked(lineage: S.lineage, account: S.alice, revokedAt: 1_500))
         history.add(Self.notified("REFUND_REVERSED", key: 2, purchase))
         history.add(.entitlementReinstated(lineage: S.lineage, account: S.alice))
         history.add(Self.granted(S.alice, purchase))
