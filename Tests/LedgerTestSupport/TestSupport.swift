@@ -195,3 +195,29 @@ public struct SeededGenerator: RandomNumberGenerator {
         return z ^ (z >> 31)
     }
 }
+
+/// The format-1 ledger built by `Tests/Fixtures/format1/make-fixture.sh` with the format-1 binary:
+/// purchases, renewals, notifications (a duplicate delivery, a refund and its reversal, an expiry), a
+/// denied restore, a retry decided again, Family Sharing, a deletion and a two-person support transfer
+/// (with a refused self-approval) followed by the target's restore; a dispute bundle of the transferred
+/// lineage, a signed checkpoint and the signing public key.
+public enum FormatOneFixture {
+    public static let directory = LedgerBinary.packageRoot.appendingPathComponent("Tests/Fixtures/format1")
+    /// Records in the fixture's log.
+    public static let records: UInt64 = 54
+    /// The original transaction id of the lineage moved by the support transfer (the bundle's subject).
+    public static let transferredLineage = "2000000000000002"
+
+    /// A copy of the fixture store in `directory` (key files mode 0600, as `init` writes them).
+    public static func copyStore(to destination: URL) throws {
+        let fm = FileManager.default
+        try fm.createDirectory(at: destination, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        for name in ["data.mdb", "ledger.key", "ledger-signing.key"] {
+            let target = destination.appendingPathComponent(name)
+            try fm.copyItem(at: directory.appendingPathComponent("store/\(name)"), to: target)
+            try fm.setAttributes([.posixPermissions: 0o600], ofItemAtPath: target.path)
+        }
+    }
+
+    public static func file(_ name: String) throws -> Data { try Data(contentsOf: directory.appendingPathComponent(name)) }
+}
