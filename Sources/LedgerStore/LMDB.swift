@@ -16,44 +16,105 @@ func lmdb(_ code: Int32, _ operation: @autoclosure () -> String) throws(LMDBErro
     guard code == MDB_SUCCESS else { throw LMDBError(code: code, operation: operation()) }
 }
 
-/// One LMDB environment with its named databases. Growth of the map is handled here: a write
-/// that fills the map is aborted, the map doubled and the write run again.
+/// One LMDB environment with its named databases.
+///
+/// Transactions of this process are not serialised by any lock of ours: read transactions run in
+/// parallel on any threads (`MDB_NOTLS`), and LMDB serialises write transactions itself (across
+/// threads and processes). The only exclusion is around changing the map size, which LMDB allows
+/// only while this process has no transaction open: every transaction holds a shared lock, growing
+/// the map (a write that filled it) or adopting a size another process set takes it exclusively.
+/// So never start a write inside a read of the same environment on the same thread.
+///
+/// Opening an existing environment runs no write transaction (the databases are opened in a read
+/// transaction without `MDB_CREATE`), so a reader never waits for a writer, and a writer that is
+/// stopped or slow never blocks a reader. A long-running writer clears the reader slots of dead
+/// processes before a write at most once per ``readerCheckInterval``, not only at open.
 final class LMDBEnvironment: @unchecked Sendable {
-    let handle: OpaquePointer
-    private var databases: [String: MDB_dbi] = [:]
-    /// Serialises transactions of this process so the map can be resized safely.
-    private let lock = NSRecursiveLock()
+    /// How to open the environment.
+    enum Mode {
+        /// Create the environment and the databases if missing (`ledger init`).
+        case create
+        /// An existing environment: every database must exist, and `required` tells a foreign LMDB
+        /// store apart (``LMDBError/isNotFound`` when it is missing; nothing is created or written).
+        case open(required: String)
+        /// As `.open`, with `MDB_RDONLY`: the data file is never written.
+        case readOnly(required: String)
+    }
 
-    /// Opens (creating if needed) the environment at `path` and its databases. With `existing`,
-    /// that database must already be there: otherwise nothing is created and
-    /// ``LMDBError/isNotFound`` is thrown, so a foreign LMDB store is never modified.
-    init(path: String, databaseNames: [String], initialMapSize: Int, existing: String? = nil) throws {
+    let handle: OpaquePointer
+    /// The named databases, resolved once at open.
+    private(set) var databases: [String: MDB_dbi] = [:]
+    /// Held shared by every transaction, exclusively to change the map size.
+    private let resizeLock = ReadWriteLock()
+    /// The last time a write cleared dead readers (monotonic nanoseconds), guarded by `checkLock`.
+    private var lastReaderCheck: UInt64
+    private let checkLock = NSLock()
+    /// The most time between two dead-reader checks of a writer.
+    let readerCheckInterval: UInt64
+
+    /// Opens the environment in the directory `path`. An existing `data.mdb` shorter than its meta
+    /// pages claim is refused before LMDB maps it (``LMDBFileCheck``).
+    init(
+        path: String, databaseNames: [String], mode: Mode = .create, initialMapSize: Int = LMDBEnvironment.defaultMapSize,
+        readerCheckInterval: Double = 1
+    ) throws {
+        try LMDBFileCheck.checkLength(of: (path as NSString).appendingPathComponent("data.mdb"))
         var env: OpaquePointer?
         try lmdb(mdb_env_create(&env), "mdb_env_create")
         guard let env else { throw LMDBError(code: EINVAL, operation: "mdb_env_create") }
         // From here the object is fully initialised: on any failure below, deinit closes `env`.
         handle = env
+        self.readerCheckInterval = UInt64(readerCheckInterval * 1e9)
+        lastReaderCheck = DispatchTime.now().uptimeNanoseconds
         try lmdb(mdb_env_set_maxdbs(env, MDB_dbi(databaseNames.count + 2)), "mdb_env_set_maxdbs")
         try lmdb(mdb_env_set_mapsize(env, initialMapSize), "mdb_env_set_mapsize")
-        try lmdb(mdb_env_open(env, path, UInt32(MDB_NOTLS), 0o600), "mdb_env_open(\(path))")
+        var flags = UInt32(MDB_NOTLS)
+        if case .readOnly = mode { flags |= UInt32(MDB_RDONLY) }
+        try lmdb(mdb_env_open(env, path, flags, 0o600), "mdb_env_open(\(path))")
         var dead: Int32 = 0
         try lmdb(mdb_reader_check(env, &dead), "mdb_reader_check")
-        try write { txn in
-            if let existing {
-                var dbi: MDB_dbi = 0
-                try lmdb(mdb_dbi_open(txn.handle, existing, 0, &dbi), "mdb_dbi_open(\(existing))")
-            }
-            for name in databaseNames {
-                var dbi: MDB_dbi = 0
-                try lmdb(mdb_dbi_open(txn.handle, name, UInt32(MDB_CREATE), &dbi), "mdb_dbi_open(\(name))")
-                databases[name] = dbi
-            }
+        switch mode {
+        case .create:
+            try write { txn in try openDatabases(databaseNames, in: txn, flags: UInt32(MDB_CREATE), required: nil) }
+        case .open(let required), .readOnly(let required):
+            try openDatabasesForReading(databaseNames, required: required)
         }
     }
 
     deinit { mdb_env_close(handle) }
 
+    /// Address space only: the file grows as pages are written, so a large map costs nothing until used.
+    static let defaultMapSize = 64 << 30
+
     func database(_ name: String) -> MDB_dbi { databases[name] ?? 0 }
+
+    /// Opens `names` in `txn`; with `required`, that database must exist first.
+    private func openDatabases(_ names: [String], in txn: LMDBTransaction, flags: UInt32, required: String?) throws {
+        if let required {
+            var dbi: MDB_dbi = 0
+            try lmdb(mdb_dbi_open(txn.handle, required, 0, &dbi), "mdb_dbi_open(\(required))")
+        }
+        for name in names {
+            var dbi: MDB_dbi = 0
+            try lmdb(mdb_dbi_open(txn.handle, name, flags, &dbi), "mdb_dbi_open(\(name))")
+            databases[name] = dbi
+        }
+    }
+
+    /// Opens the databases in a read transaction and commits it, which makes the handles the
+    /// environment's: no write transaction, so no wait for a writer.
+    private func openDatabasesForReading(_ names: [String], required: String) throws {
+        resizeLock.lockShared()
+        defer { resizeLock.unlock() }
+        let txn = try begin(flags: UInt32(MDB_RDONLY))
+        do {
+            try openDatabases(names, in: txn, flags: 0, required: required)
+        } catch {
+            mdb_txn_abort(txn.handle)
+            throw error
+        }
+        try lmdb(mdb_txn_commit(txn.handle), "mdb_txn_commit")
+    }
 
     /// Current map size in bytes.
     var mapSize: Int {
@@ -62,10 +123,10 @@ final class LMDBEnvironment: @unchecked Sendable {
         return info.me_mapsize
     }
 
-    /// Runs `body` in a read-only transaction.
+    /// Runs `body` in a read-only transaction. Any number run at once, on any threads.
     func read<T, E: Error>(_ body: (LMDBTransaction) throws(E) -> T) throws -> T {
-        lock.lock()
-        defer { lock.unlock() }
+        resizeLock.lockShared()
+        defer { resizeLock.unlock() }
         let txn = try begin(flags: UInt32(MDB_RDONLY))
         defer { mdb_txn_abort(txn.handle) }
         return try body(txn)
@@ -75,15 +136,22 @@ final class LMDBEnvironment: @unchecked Sendable {
     /// full the transaction is aborted, the map doubled and `body` run again, so `body` must not
     /// have effects outside the transaction.
     func write<T, E: Error>(_ body: (LMDBTransaction) throws(E) -> T) throws -> T {
-        lock.lock()
-        defer { lock.unlock() }
+        try clearDeadReadersIfDue()
         while true {
-            let txn = try begin(flags: 0)
+            resizeLock.lockShared()
+            let txn: LMDBTransaction
+            do {
+                txn = try begin(flags: 0)
+            } catch {
+                resizeLock.unlock()
+                throw error
+            }
             let result: T
             do {
                 result = try body(txn)
             } catch {
                 mdb_txn_abort(txn.handle)
+                resizeLock.unlock()
                 if let error = error as? LMDBError, error.isMapFull {
                     try grow()
                     continue
@@ -92,6 +160,7 @@ final class LMDBEnvironment: @unchecked Sendable {
             }
             // mdb_txn_commit frees the transaction whether or not it succeeds: never abort it after.
             let code = mdb_txn_commit(txn.handle)
+            resizeLock.unlock()
             if code == MDB_MAP_FULL {
                 try grow()
                 continue
@@ -101,23 +170,110 @@ final class LMDBEnvironment: @unchecked Sendable {
         }
     }
 
-    /// Doubles the map. Only called with no transaction open in this process.
-    private func grow() throws(LMDBError) {
+    /// Clears the reader slots of dead processes (a reader killed inside a read transaction pins
+    /// every page written since, so the file would grow without bound) at most once per interval.
+    private func clearDeadReadersIfDue() throws {
+        let now = DispatchTime.now().uptimeNanoseconds
+        checkLock.lock()
+        let due = now &- lastReaderCheck >= readerCheckInterval
+        if due { lastReaderCheck = now }
+        checkLock.unlock()
+        guard due else { return }
+        var dead: Int32 = 0
+        try lmdb(mdb_reader_check(handle, &dead), "mdb_reader_check")
+    }
+
+    /// Doubles the map, with no transaction of this process open.
+    private func grow() throws {
+        resizeLock.lockExclusive()
+        defer { resizeLock.unlock() }
         try lmdb(mdb_env_set_mapsize(handle, mapSize * 2), "mdb_env_set_mapsize")
     }
 
+    /// Begins a transaction; the caller holds `resizeLock` shared.
     private func begin(flags: UInt32) throws -> LMDBTransaction {
         while true {
             var txn: OpaquePointer?
             let code = mdb_txn_begin(handle, nil, flags, &txn)
             if code == MDB_MAP_RESIZED {
-                // Another process grew the map: adopt its size and try again.
-                try lmdb(mdb_env_set_mapsize(handle, 0), "mdb_env_set_mapsize")
+                // Another process grew the map: adopt its size (exclusively), then try again.
+                resizeLock.unlock()
+                resizeLock.lockExclusive()
+                let adopted = mdb_env_set_mapsize(handle, 0)
+                resizeLock.unlock()
+                resizeLock.lockShared()
+                try lmdb(adopted, "mdb_env_set_mapsize")
                 continue
             }
             try lmdb(code, "mdb_txn_begin")
             guard let txn else { throw LMDBError(code: EINVAL, operation: "mdb_txn_begin") }
             return LMDBTransaction(handle: txn, environment: self)
+        }
+    }
+}
+
+/// A `pthread_rwlock_t` on the heap (a lock must not move).
+final class ReadWriteLock: @unchecked Sendable {
+    private let lock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
+
+    init() { pthread_rwlock_init(lock, nil) }
+
+    deinit {
+        pthread_rwlock_destroy(lock)
+        lock.deallocate()
+    }
+
+    func lockShared() { pthread_rwlock_rdlock(lock) }
+    func lockExclusive() { pthread_rwlock_wrlock(lock) }
+    func unlock() { pthread_rwlock_unlock(lock) }
+}
+
+/// Refuses a `data.mdb` shorter than its meta pages claim before LMDB maps it: reading a page past
+/// the end of a mapped file is a SIGBUS, not an error.
+enum LMDBFileCheck {
+    /// LMDB's magic number and data version (0.9.x), and where the meta page fields are: a 16-byte
+    /// page header, then `MDB_meta` (magic, version, address, map size, two 48-byte `MDB_db`s whose
+    /// first `md_pad` is the page size, the last page number, the transaction id).
+    static let magic: UInt32 = 0xBEEF_C0DE
+    static let dataVersion: UInt32 = 1
+    static let magicOffset = 16
+    static let pageSizeOffset = 16 + 24
+    static let lastPageOffset = 16 + 120
+    static let transactionOffset = 16 + 128
+    static let metaLength = 16 + 136
+
+    /// Throws ``LedgerStoreError/corrupt(_:)`` naming `path` when the file holds no valid meta page
+    /// or is shorter than `(last page + 1) × page size` of the newest one. A missing or empty file
+    /// passes (LMDB creates it; the store refuses an empty one itself).
+    static func checkLength(of path: String) throws {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return }
+        let size = Int(info.st_size)
+        guard size > 0 else { return }
+        func field<T: FixedWidthInteger>(_ page: [UInt8], _ offset: Int, as: T.Type) -> T {
+            page.withUnsafeBytes { T(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: T.self)) }
+        }
+        func meta(at offset: Int) -> (pageSize: Int, lastPage: UInt64, transaction: UInt64)? {
+            var page = [UInt8](repeating: 0, count: metaLength)
+            guard pread(fd, &page, metaLength, off_t(offset)) == metaLength,
+                field(page, magicOffset, as: UInt32.self) == magic, field(page, magicOffset + 4, as: UInt32.self) == dataVersion
+            else { return nil }
+            let pageSize = Int(field(page, pageSizeOffset, as: UInt32.self))
+            guard pageSize >= 512, pageSize <= 1 << 16, pageSize & (pageSize - 1) == 0 else { return nil }
+            return (pageSize, field(page, lastPageOffset, as: UInt64.self), field(page, transactionOffset, as: UInt64.self))
+        }
+        guard let first = meta(at: 0) else {
+            throw LedgerStoreError.corrupt("\(path) does not start with an LMDB meta page (\(size) bytes): restore data.mdb from your backup")
+        }
+        let newest = [first, meta(at: first.pageSize)].compactMap { $0 }.max { $0.transaction < $1.transaction } ?? first
+        let (needed, overflow) = (newest.lastPage &+ 1).multipliedReportingOverflow(by: UInt64(newest.pageSize))
+        guard !overflow, needed <= UInt64(size) else {
+            throw LedgerStoreError.corrupt(
+                "\(path) is truncated: \(size) bytes, but its meta page needs \(overflow ? "more" : String(needed)) (\(newest.lastPage + 1) pages of \(newest.pageSize)): restore data.mdb from your backup"
+            )
         }
     }
 }

@@ -75,6 +75,11 @@ public final class LedgerStore: @unchecked Sendable {
     /// `.partial` files, which ``LedgerStoreError/incompleteInit(directory:detail:)`` reports (they
     /// are never deleted automatically).
     public static func create(at directory: URL, configuration: [UInt8]) throws -> LedgerStore {
+        try create(at: directory, configuration: configuration, initialMapSize: LMDBEnvironment.defaultMapSize)
+    }
+
+    /// ``create(at:configuration:)`` with a map of `initialMapSize` bytes (tests grow small maps).
+    static func create(at directory: URL, configuration: [UInt8], initialMapSize: Int) throws -> LedgerStore {
         try FileManager.default.createDirectory(
             at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let lock = try lockForCreating(directory)
@@ -84,7 +89,7 @@ public final class LedgerStore: @unchecked Sendable {
         let partialSigningKeyFile = directory.appendingPathComponent(SigningKey.fileName + partialSuffix)
         let keys = try LedgerKeys.create(at: partialKeyFile)
         let signingKey = try SigningKey.create(at: partialSigningKeyFile)
-        let store = try LedgerStore(directory: directory, keys: keys, lock: lock)
+        let store = try LedgerStore(directory: directory, keys: keys, lock: lock, initialMapSize: initialMapSize)
         try store.environment.write { txn in
             try txn.put(Database.meta, Meta.formatVersion, u32Bytes(formatVersion))
             try txn.put(Database.meta, Meta.readModelVersion, u32Bytes(StateProjection.version))
@@ -133,7 +138,7 @@ public final class LedgerStore: @unchecked Sendable {
         let hasMetadata: Bool
         do {
             let environment = try LMDBEnvironment(
-                path: directory.path, databaseNames: databaseNames, initialMapSize: 16 << 20, existing: Database.meta)
+                path: directory.path, databaseNames: databaseNames, mode: .open(required: Database.meta))
             hasMetadata = try environment.read { txn in try txn.get(Database.meta, Meta.formatVersion) } != nil
         } catch let error as LMDBError where error.isNotFound {
             throw notALedger
@@ -201,7 +206,9 @@ public final class LedgerStore: @unchecked Sendable {
         }
     }
 
-    private init(directory: URL, keys: LedgerKeys, lock: StoreLock, existing: Bool = false) throws {
+    private init(
+        directory: URL, keys: LedgerKeys, lock: StoreLock, existing: Bool = false, initialMapSize: Int = LMDBEnvironment.defaultMapSize
+    ) throws {
         self.directory = directory
         self.keys = keys
         self.lock = lock
@@ -211,8 +218,8 @@ public final class LedgerStore: @unchecked Sendable {
         }
         do {
             self.environment = try LMDBEnvironment(
-                path: directory.path, databaseNames: Self.databaseNames, initialMapSize: 16 << 20,
-                existing: existing ? Database.meta : nil)
+                path: directory.path, databaseNames: Self.databaseNames, mode: existing ? .open(required: Database.meta) : .create,
+                initialMapSize: initialMapSize)
         } catch let error as LMDBError where error.isNotFound {
             throw LedgerStoreError.corrupt(
                 "\(dataFile) holds no ledger metadata (another program's LMDB store, or a damaged file): left unchanged; restore data.mdb from your backup or choose another --store"

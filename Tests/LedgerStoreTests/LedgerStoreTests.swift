@@ -80,7 +80,7 @@ enum RecordFixtures {
     }
 
     @Test func theMapGrowsWhenItFills() throws {
-        let store = try newStore()
+        let store = try LedgerStore.create(at: directory.path("store"), configuration: [], initialMapSize: 1 << 20)
         defer { directory.remove() }
         let before = store.environment.mapSize
         let big = String(repeating: "x", count: 20_000)

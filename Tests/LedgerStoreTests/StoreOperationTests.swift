@@ -1,0 +1,122 @@
+import Foundation
+import LedgerCore
+import LedgerTestSupport
+import OwnershipLedger
+import Testing
+
+@testable import LedgerStore
+
+/// The store under real operation: readers never wait for writers, dead readers do not pin pages
+/// forever, and a damaged file is an error rather than a crash.
+@Suite struct StoreOperationTests {
+    let t = Fixtures.start
+
+    func purchase(_ ledger: Ledger, _ id: String, uid: String, at: Int64) throws {
+        let payload = try Fixtures.payload(Fixtures.transaction(id, at: at))
+        _ = try ledger.submit(.transaction(.purchase, uid: uid, payload, .trustedDecoded), at: at)
+    }
+
+    /// Waits for `running` at most `seconds` (a guard against a hang, not a timing assertion).
+    func finished(_ running: LedgerBinary.Running, within seconds: Double) -> LedgerBinary.Result? {
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var result: LedgerBinary.Result?
+        DispatchQueue.global().async {
+            result = running.wait()
+            done.signal()
+        }
+        return done.wait(timeout: .now() + seconds) == .success ? result : nil
+    }
+
+    @Test func aQueryProceedsWhileAWriterHoldsItsTransactionOpen() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        try purchase(ledger, "1", uid: "alice", at: t)
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let writerDone = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            // A writer paused inside its transaction (as a stopped or slow `ledger submit` would be).
+            _ = try? ledger.store.write { _ in
+                entered.signal()
+                release.wait()
+            }
+            writerDone.signal()
+        }
+        entered.wait()
+        defer {
+            release.signal()
+            writerDone.wait()
+        }
+        // Another thread of this process reads meanwhile.
+        let readDone = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var state: String?
+        DispatchQueue.global().async {
+            state = try? ledger.binding(originalTransactionId: "1").state
+            readDone.signal()
+        }
+        #expect(readDone.wait(timeout: .now() + 60) == .success, "a read waited for the open write transaction")
+        #expect(state == "bound")
+        // And another process opens the store and answers.
+        let query = try LedgerBinary.start(["binding", "--original-transaction-id", "1", "--store", directory.path("store").path])
+        let answered = finished(query, within: 60)
+        #expect(answered != nil, "ledger binding waited for the open write transaction")
+        #expect(answered?.status == 0, "\(answered?.stderr ?? "")")
+        #expect(answered?.json["state"] as? String == "bound")
+    }
+
+    @Test func aLongRunningWriterClearsTheSlotOfAReaderKilledInsideItsTransaction() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let store = directory.path("store")
+        // Enough records that `ledger log` cannot write them all into a pipe nobody reads.
+        for index in 0..<300 { try purchase(ledger, String(10_000 + index), uid: "uid-\(index)", at: t) }
+        let reader = Process()
+        reader.executableURL = LedgerBinary.url
+        reader.arguments = ["log", "--store", store.path]
+        let output = Pipe()
+        reader.standardOutput = output
+        reader.standardError = FileHandle.nullDevice
+        try reader.run()
+        // Once output arrives, the reader is inside its read transaction, blocked on the full pipe.
+        var ready = pollfd(fd: output.fileHandleForReading.fileDescriptor, events: Int16(POLLIN), revents: 0)
+        #expect(poll(&ready, 1, 60_000) == 1)
+        usleep(200_000)
+        kill(reader.processIdentifier, SIGKILL)
+        reader.waitUntilExit()
+        // The writer (opened before the reader died, so its open-time check did not see it) clears
+        // dead readers at most once a second before a write.
+        usleep(1_100_000)
+        let dataFile = store.appendingPathComponent("data.mdb").path
+        func size() throws -> Int { try FileManager.default.attributesOfItem(atPath: dataFile)[.size] as? Int ?? 0 }
+        try purchase(ledger, "1", uid: "first-after", at: t)
+        let before = try size()
+        for index in 0..<300 { try purchase(ledger, String(20_000 + index), uid: "late-\(index)", at: t) }
+        let growth = try size() - before
+        // Pinned pages would add every commit's dirty pages to the file (megabytes); reused pages add
+        // only what 300 small purchases need.
+        #expect(growth < 1 << 20, "data.mdb grew by \(growth) bytes over 300 one-line commits")
+    }
+
+    @Test func aDataFileShorterThanItsMetaPagesClaimIsCorruptNotACrash() throws {
+        let directory = TemporaryDirectory("truncated")
+        defer { directory.remove() }
+        let store = directory.path("store").path
+        let created = try LedgerBinary.run(["init", "--store", store, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"])
+        #expect(created.status == 0, "\(created.stderr)")
+        let lines = (0..<40).map { index in
+            Fixtures.line([
+                "type": "purchase", "account": "uid-\(index)", "transaction": Fixtures.transaction(String(5_000 + index), at: t), "at": t,
+            ])
+        }
+        let submitted = try LedgerBinary.run(["submit", "--trust-decoded", "--store", store], stdin: lines.joined(separator: "\n") + "\n")
+        #expect(submitted.status == 0, "\(submitted.stderr)")
+        let dataFile = directory.path("store/data.mdb").path
+        #expect(truncate(dataFile, 16_384) == 0)
+        for command in [["binding", "--original-transaction-id", "5000"], ["verify"], ["submit", "--trust-decoded"], ["log"]] {
+            let result = try LedgerBinary.run(command + ["--store", store], stdin: lines[0] + "\n")
+            #expect(result.status == 3, "\(command): \(result.status) \(result.stderr)")
+            #expect(result.stderr.contains(dataFile) && result.stderr.contains("truncated"), "\(result.stderr)")
+        }
+        #expect(throws: LedgerStoreError.self) { try Ledger(opening: directory.path("store")) }
+    }
+}
