@@ -4,7 +4,7 @@ SWIFT ?= swift
 .PHONY: deps build demo test bench format lint fuzz coverage
 
 deps:
-	@pkg-config --exists lmdb libcrypto 2>/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev pkg-config; }
+	@{ pkg-config --exists lmdb libcrypto libmicrohttpd && command -v curl; } >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev libmicrohttpd-dev pkg-config curl; }
 
 build: deps
 	$(SWIFT) build -c release

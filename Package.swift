@@ -12,6 +12,8 @@ let package = Package(
         .systemLibrary(name: "CLMDB", path: "Sources/CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
         .systemLibrary(
             name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(
+            name: "CMicroHTTPD", path: "Sources/CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .target(name: "LedgerCore"),
         .target(name: "Projections", dependencies: ["LedgerCore"], path: "Projections"),
         .target(name: "LedgerCrypto", dependencies: ["LedgerCore", "COpenSSL"]),
@@ -20,6 +22,7 @@ let package = Package(
         .target(
             name: "OwnershipLedger",
             dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "LedgerStore", "AppleSignedData"]),
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
         .executableTarget(name: "ledger", dependencies: ["OwnershipLedger"]),
         .target(
             name: "LedgerTestSupport",
@@ -32,6 +35,7 @@ let package = Package(
             name: "AppleSignedDataTests", dependencies: ["AppleSignedData", "LedgerTestSupport"],
             resources: [.copy("Vectors")]),
         .testTarget(name: "LedgerCryptoTests", dependencies: ["LedgerCrypto", "LedgerTestSupport"]),
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "LedgerTestSupport"], exclude: ["TLS"]),
         .testTarget(name: "OwnershipLedgerTests", dependencies: ["OwnershipLedger", "LedgerTestSupport"]),
     ]
 )

@@ -99,6 +99,11 @@ public enum LedgerBinary {
         public var status: Int32
         public var stdout: String
         public var stderr: String
+        public init(status: Int32, stdout: String, stderr: String) {
+            self.status = status
+            self.stdout = stdout
+            self.stderr = stderr
+        }
         public var lines: [String] { stdout.split(separator: "\n").map(String.init) }
         public var json: [String: Any] { Fixtures.object(lines.last ?? "") }
     }

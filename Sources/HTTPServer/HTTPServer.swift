@@ -1,0 +1,479 @@
+import CMicroHTTPD
+import Foundation
+
+/// An HTTP/1.1 (and HTTPS) server on libmicrohttpd. A few threads multiplex every connection with
+/// epoll, so a slow or idle client holds no thread; a handler may answer later from any thread
+/// (the connection is suspended meanwhile). libmicrohttpd parses HTTP; this layer reads bodies
+/// within limits, dispatches complete requests and drains on shutdown.
+///
+/// ```swift
+/// let server = try HTTPServer(configuration: .init(port: 0)) { request in .json(200, "{}") }
+/// print(server.port)
+/// server.shutdown()
+/// ```
+public final class HTTPServer: Sendable {
+    /// Where and how to listen, and the limits every connection is held to.
+    public struct Configuration: Sendable {
+        /// An IPv4 or IPv6 address or a host name to listen on.
+        public var host: String
+        /// The port; 0 binds any free port (read it back from ``HTTPServer/port``).
+        public var port: UInt16
+        /// Serve HTTPS (TLS 1.2 or later) with this certificate chain and key, both PEM.
+        public var tls: TLS?
+        /// Threads serving connections.
+        public var threads: Int
+        /// The longest request body accepted; a longer one is answered 413.
+        public var maximumBodyBytes: Int
+        /// Memory per connection for the request line, headers and buffers: larger headers are
+        /// refused by libmicrohttpd (431).
+        public var connectionMemoryBytes: Int
+        /// Connections open at once; further ones are closed as they are accepted.
+        public var maximumConnections: Int
+        /// A connection idle this many seconds (nothing received while a request is incomplete,
+        /// or nothing sent on an idle keep-alive connection) is closed.
+        public var idleTimeoutSeconds: Int
+        /// The whole body must arrive within this many seconds of the headers; a slower client is
+        /// disconnected.
+        public var bodyTimeoutSeconds: Double
+
+        public init(
+            host: String = "127.0.0.1", port: UInt16 = 0, tls: TLS? = nil,
+            threads: Int = max(2, ProcessInfo.processInfo.activeProcessorCount), maximumBodyBytes: Int = 1 << 20,
+            connectionMemoryBytes: Int = 32 << 10, maximumConnections: Int = 1024, idleTimeoutSeconds: Int = 30,
+            bodyTimeoutSeconds: Double = 30
+        ) {
+            self.host = host
+            self.port = port
+            self.tls = tls
+            self.threads = threads
+            self.maximumBodyBytes = maximumBodyBytes
+            self.connectionMemoryBytes = connectionMemoryBytes
+            self.maximumConnections = maximumConnections
+            self.idleTimeoutSeconds = idleTimeoutSeconds
+            self.bodyTimeoutSeconds = bodyTimeoutSeconds
+        }
+    }
+
+    /// A PEM certificate chain (leaf first) and its PEM private key.
+    public struct TLS: Sendable {
+        public var certificatePEM: String
+        public var keyPEM: String
+        public init(certificatePEM: String, keyPEM: String) {
+            self.certificatePEM = certificatePEM
+            self.keyPEM = keyPEM
+        }
+    }
+
+    /// One finished request, for logs and metrics.
+    public struct Completion: Sendable {
+        public var method: String
+        public var path: String
+        /// The status sent; nil when the connection ended first (timeout, client gone, refused body).
+        public var status: Int?
+        /// From the request's complete headers to the end of the response.
+        public var seconds: Double
+        /// The response's ``HTTPResponse/note``.
+        public var note: String?
+    }
+
+    /// Receives each complete request; answers through the responder, now or later.
+    public typealias Handler = @Sendable (HTTPRequest, HTTPResponder) -> Void
+
+    /// The port the server listens on.
+    public let port: UInt16
+    private let core: ServerCore
+    private let daemon: Daemon
+
+    /// Starts serving. `handler` runs on a server thread: do quick work there and hand slow work
+    /// elsewhere, answering later. `observer` sees every finished request.
+    public init(
+        configuration: Configuration, observer: (@Sendable (Completion) -> Void)? = nil, handler: @escaping Handler
+    ) throws(HTTPServerError) {
+        core = ServerCore(configuration: configuration, handler: handler, observer: observer)
+        daemon = try Daemon(core: core)
+        port = daemon.port
+    }
+
+    /// Starts serving with a handler that answers at once.
+    public convenience init(
+        configuration: Configuration, observer: (@Sendable (Completion) -> Void)? = nil,
+        respond: @escaping @Sendable (HTTPRequest) -> HTTPResponse
+    ) throws(HTTPServerError) {
+        try self.init(configuration: configuration, observer: observer) { request, responder in responder.respond(respond(request)) }
+    }
+
+    /// Requests received and not yet finished.
+    public var requestsInFlight: Int { core.liveCount }
+
+    /// Stops accepting connections. Requests that arrive afterwards on open connections are
+    /// answered 503 with `Connection: close`; requests already being handled go on.
+    public func quiesce() { daemon.quiesce() }
+
+    /// Quiesces, waits up to `grace` seconds for requests in flight to be answered and sent,
+    /// answers any still pending 503, then closes every connection. Idempotent.
+    public func shutdown(grace: Double = 30) {
+        daemon.quiesce()
+        let deadline = Date().addingTimeInterval(grace)
+        while core.liveCount > 0 && Date() < deadline { usleep(2_000) }
+        daemon.stop()
+    }
+}
+
+/// Why the server could not start.
+public struct HTTPServerError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// The libmicrohttpd daemon: started in `init`, stopped once.
+private final class Daemon: @unchecked Sendable {
+    let port: UInt16
+    private let core: ServerCore
+    private let lock = NSLock()
+    private var handle: OpaquePointer?
+    /// The listening socket once quiesced: closed only after the daemon stops (its threads may still use it).
+    private var listeningSocket: Int32?
+    /// C strings handed to libmicrohttpd, kept until the daemon stops.
+    private var retained: [UnsafeMutablePointer<CChar>] = []
+
+    init(core: ServerCore) throws(HTTPServerError) {
+        self.core = core
+        let configuration = core.configuration
+        var address = try Self.resolve(configuration.host, port: configuration.port)
+        var flags = UInt32(MHD_USE_EPOLL_INTERNAL_THREAD.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue)
+        if address.ss_family == sa_family_t(AF_INET6) { flags |= UInt32(MHD_USE_IPv6.rawValue) }
+        func item(_ option: MHD_OPTION, _ value: Int = 0, _ pointer: UnsafeMutableRawPointer? = nil) -> MHD_OptionItem {
+            MHD_OptionItem(option: option, value: value, ptr_value: pointer)
+        }
+        let context = Unmanaged.passUnretained(core).toOpaque()
+        var options = [
+            item(.CONNECTION_MEMORY_LIMIT, max(8 << 10, configuration.connectionMemoryBytes)),
+            item(.CONNECTION_LIMIT, max(1, configuration.maximumConnections)),
+            item(.CONNECTION_TIMEOUT, max(1, configuration.idleTimeoutSeconds)),
+            item(.NOTIFY_COMPLETED, unsafeBitCast(requestCompleted, to: Int.self), context),
+            item(.EXTERNAL_LOGGER, unsafeBitCast(daemonMessage, to: Int.self), context),
+        ]
+        if configuration.threads > 1 { options.append(item(.THREAD_POOL_SIZE, configuration.threads)) }
+        if let tls = configuration.tls {
+            guard MHD_is_feature_supported(.FEATURE_TLS) == .YES else {
+                throw HTTPServerError("this libmicrohttpd was built without TLS support")
+            }
+            flags |= UInt32(MHD_USE_TLS.rawValue)
+            retained = [strdup(tls.keyPEM), strdup(tls.certificatePEM), strdup("NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2")]
+            options.append(item(.HTTPS_MEM_KEY, 0, UnsafeMutableRawPointer(retained[0])))
+            options.append(item(.HTTPS_MEM_CERT, 0, UnsafeMutableRawPointer(retained[1])))
+            options.append(item(.HTTPS_PRIORITIES, 0, UnsafeMutableRawPointer(retained[2])))
+        }
+        let started = withUnsafeMutablePointer(to: &address) { addressPointer in
+            options.append(item(.SOCK_ADDR, 0, UnsafeMutableRawPointer(addressPointer)))
+            options.append(item(.END))
+            return ledger_mhd_start_daemon(flags, accessHandler, context, options)
+        }
+        guard let started else {
+            retained.forEach { free($0) }
+            let detail = core.takeDaemonMessages().last.map { ": \($0)" } ?? ""
+            throw HTTPServerError("cannot listen on \(configuration.host) port \(configuration.port)\(detail)")
+        }
+        handle = started
+        port = ledger_mhd_bound_port(started)
+    }
+
+    deinit { stop() }
+
+    func quiesce() {
+        lock.lock()
+        defer { lock.unlock() }
+        core.startDraining()
+        guard let handle, listeningSocket == nil else { return }
+        listeningSocket = MHD_quiesce_daemon(handle)
+    }
+
+    func stop() {
+        lock.lock()
+        defer { lock.unlock() }
+        guard let handle else { return }
+        core.startDraining()
+        // libmicrohttpd refuses to stop with suspended connections: answer what is still pending.
+        core.answerPending(HTTPResponse.error(503, code: "shutting-down", message: "the server is shutting down; retry"))
+        let deadline = Date().addingTimeInterval(2)
+        while core.pendingCount > 0 && Date() < deadline { usleep(1_000) }
+        MHD_stop_daemon(handle)
+        self.handle = nil
+        if let listeningSocket, listeningSocket >= 0 { close(listeningSocket) }
+        retained.forEach { free($0) }
+        retained = []
+    }
+
+    /// The socket address of `host` (a literal or a name) and `port`.
+    static func resolve(_ host: String, port: UInt16) throws(HTTPServerError) -> sockaddr_storage {
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_flags = AI_PASSIVE
+        var results: UnsafeMutablePointer<addrinfo>?
+        let status = getaddrinfo(host, nil, &hints, &results)
+        guard status == 0, let first = results, let found = first.pointee.ai_addr else {
+            let reason = status == 0 ? "no address" : String(cString: gai_strerror(status))
+            throw HTTPServerError("cannot resolve listen address \(host): \(reason)")
+        }
+        defer { freeaddrinfo(results) }
+        var storage = sockaddr_storage()
+        withUnsafeMutableBytes(of: &storage) { target in
+            target.copyMemory(from: UnsafeRawBufferPointer(start: found, count: Int(first.pointee.ai_addrlen)))
+        }
+        withUnsafeMutablePointer(to: &storage) { pointer in
+            pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_port = port.bigEndian }
+            if pointer.pointee.ss_family == sa_family_t(AF_INET6) {
+                pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_port = port.bigEndian }
+            }
+        }
+        return storage
+    }
+}
+
+/// State shared by libmicrohttpd's callbacks: the handler, the limits and the requests in flight.
+final class ServerCore: @unchecked Sendable {
+    let configuration: HTTPServer.Configuration
+    let handler: HTTPServer.Handler
+    let observer: (@Sendable (HTTPServer.Completion) -> Void)?
+    private let lock = NSLock()
+    private var live: [ObjectIdentifier: Exchange] = [:]
+    private var draining = false
+    private var daemonMessages: [String] = []
+
+    init(
+        configuration: HTTPServer.Configuration, handler: @escaping HTTPServer.Handler,
+        observer: (@Sendable (HTTPServer.Completion) -> Void)?
+    ) {
+        self.configuration = configuration
+        self.handler = handler
+        self.observer = observer
+    }
+
+    var liveCount: Int { lock.withLock { live.count } }
+    var pendingCount: Int { lock.withLock { live.values.filter(\.isPending).count } }
+    var isDraining: Bool { lock.withLock { draining } }
+
+    func startDraining() { lock.withLock { draining = true } }
+
+    func register(_ exchange: Exchange) { lock.withLock { live[ObjectIdentifier(exchange)] = exchange } }
+
+    func finish(_ exchange: Exchange) {
+        lock.withLock { _ = live.removeValue(forKey: ObjectIdentifier(exchange)) }
+        observer?(exchange.completion())
+    }
+
+    func answerPending(_ response: HTTPResponse) {
+        for exchange in lock.withLock({ Array(live.values) }) where exchange.isPending { exchange.deliver(response) }
+    }
+
+    /// libmicrohttpd's messages, kept (bounded) to explain a failed start; never request data.
+    func record(daemonMessage: String) {
+        lock.withLock {
+            daemonMessages.append(daemonMessage)
+            if daemonMessages.count > 16 { daemonMessages.removeFirst() }
+        }
+    }
+
+    func takeDaemonMessages() -> [String] {
+        lock.withLock {
+            defer { daemonMessages = [] }; return daemonMessages
+        }
+    }
+
+    /// libmicrohttpd's access handler: called once with the headers, once per body chunk, then
+    /// once the request is complete (and again after a suspended connection is resumed).
+    func access(
+        _ connection: OpaquePointer, url: String, method: String, uploadSize: UnsafeMutablePointer<Int>, upload: UnsafePointer<CChar>?,
+        context: UnsafeMutablePointer<UnsafeMutableRawPointer?>
+    ) -> MHD_Result {
+        guard let existing = context.pointee else {
+            let exchange = Exchange(connection: connection, core: self, method: method, path: url)
+            context.pointee = Unmanaged.passRetained(exchange).toOpaque()
+            register(exchange)
+            if let length = exchange.request.header("content-length").flatMap(Int.init), length > configuration.maximumBodyBytes {
+                return exchange.send(tooLarge)
+            }
+            return .YES
+        }
+        let exchange = Unmanaged<Exchange>.fromOpaque(existing).takeUnretainedValue()
+        if uploadSize.pointee > 0 {
+            let count = uploadSize.pointee
+            uploadSize.pointee = 0
+            return exchange.receive(UnsafeRawBufferPointer(start: upload, count: count)) ? .YES : .NO
+        }
+        return exchange.requestComplete()
+    }
+
+    var tooLarge: HTTPResponse {
+        HTTPResponse.error(
+            413, code: "payload-too-large", message: "the request body is longer than \(configuration.maximumBodyBytes) bytes",
+            headers: [("Connection", "close")])
+    }
+}
+
+/// One request on one connection, from its headers to the end of its response. Its request
+/// fields are touched only on the connection's thread; `phase` and `response` under `lock`.
+final class Exchange: @unchecked Sendable {
+    enum Phase { case receiving, handling, suspended, sent }
+
+    private let connection: OpaquePointer
+    private unowned let core: ServerCore
+    private(set) var request: HTTPRequest
+    private let started = DispatchTime.now()
+    private var bodyTooLarge = false
+    private let lock = NSLock()
+    private var phase = Phase.receiving
+    private var response: HTTPResponse?
+    private var sentStatus: Int?
+    private var sentNote: String?
+
+    init(connection: OpaquePointer, core: ServerCore, method: String, path: String) {
+        self.connection = connection
+        self.core = core
+        request = HTTPRequest(
+            method: method, path: path, query: Self.values(connection, .GET_ARGUMENT_KIND),
+            headers: Self.values(connection, .HEADER_KIND))
+    }
+
+    private var elapsed: Double { Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9 }
+
+    /// Awaiting a handler's answer.
+    var isPending: Bool { lock.withLock { phase == .handling || phase == .suspended } }
+
+    /// Takes one body chunk; false closes the connection (the body is arriving too slowly).
+    func receive(_ chunk: UnsafeRawBufferPointer) -> Bool {
+        guard elapsed <= core.configuration.bodyTimeoutSeconds else { return false }
+        guard !bodyTooLarge else { return true }  // read and dropped, answered 413 at the end
+        if request.body.count + chunk.count > core.configuration.maximumBodyBytes {
+            bodyTooLarge = true
+            request.body = []
+        } else {
+            request.body.append(contentsOf: chunk)
+        }
+        return true
+    }
+
+    /// The request is complete: hand it to the handler, or send the answer it has given since.
+    func requestComplete() -> MHD_Result {
+        lock.lock()
+        switch phase {
+        case .receiving:
+            phase = .handling
+            lock.unlock()
+            if bodyTooLarge { return send(core.tooLarge) }
+            if core.isDraining {
+                return send(
+                    HTTPResponse.error(
+                        503, code: "shutting-down", message: "the server is shutting down; retry", headers: [("Retry-After", "1")]))
+            }
+            core.handler(request, HTTPResponder(self))
+            lock.lock()
+            guard let ready = response else {
+                phase = .suspended
+                MHD_suspend_connection(connection)
+                lock.unlock()
+                return .YES
+            }
+            lock.unlock()
+            return send(ready)
+        case .suspended:
+            guard let ready = response else {
+                MHD_suspend_connection(connection)
+                lock.unlock()
+                return .YES
+            }
+            lock.unlock()
+            return send(ready)
+        case .handling, .sent:
+            lock.unlock()
+            return .YES
+        }
+    }
+
+    /// Records the handler's answer and resumes the connection if it waits for it.
+    func deliver(_ answer: HTTPResponse) {
+        lock.lock()
+        guard response == nil, phase != .sent else {
+            lock.unlock()
+            return
+        }
+        response = answer
+        let resume = phase == .suspended
+        lock.unlock()
+        if resume { MHD_resume_connection(connection) }
+    }
+
+    /// Queues `answer` on the connection (on its thread).
+    func send(_ answer: HTTPResponse) -> MHD_Result {
+        lock.withLock {
+            phase = .sent
+            sentStatus = answer.status
+            sentNote = answer.note
+        }
+        var body = answer.body
+        let created = body.withUnsafeMutableBytes { buffer in
+            MHD_create_response_from_buffer(buffer.count, buffer.baseAddress, .RESPMEM_MUST_COPY)
+        }
+        guard let created else { return .NO }
+        defer { MHD_destroy_response(created) }
+        for (name, value) in answer.headers { _ = MHD_add_response_header(created, name, value) }
+        if core.isDraining && answer.header("Connection") == nil { _ = MHD_add_response_header(created, "Connection", "close") }
+        return MHD_queue_response(connection, UInt32(answer.status), created)
+    }
+
+    func completion() -> HTTPServer.Completion {
+        lock.withLock {
+            HTTPServer.Completion(method: request.method, path: request.path, status: sentStatus, seconds: elapsed, note: sentNote)
+        }
+    }
+
+    private static func values(_ connection: OpaquePointer, _ kind: MHD_ValueKind) -> [String: String] {
+        let collector = ValueCollector()
+        _ = withExtendedLifetime(collector) {
+            MHD_get_connection_values(connection, kind, collectValue, Unmanaged.passUnretained(collector).toOpaque())
+        }
+        return collector.values
+    }
+}
+
+/// Collects a connection's headers or query arguments; a repeated name's values joined with `, `.
+private final class ValueCollector {
+    var values: [String: String] = [:]
+
+    func add(_ name: String, _ value: String) {
+        if let existing = values[name] { values[name] = existing + ", " + value } else { values[name] = value }
+    }
+}
+
+// libmicrohttpd's callbacks: plain C functions that find their Swift object through the context.
+
+private let collectValue: MHD_KeyValueIterator = { context, kind, key, value in
+    guard let context, let key else { return .YES }
+    var name = String(cString: key)
+    if kind == .HEADER_KIND { name = name.lowercased() }
+    Unmanaged<ValueCollector>.fromOpaque(context).takeUnretainedValue().add(name, value.map { String(cString: $0) } ?? "")
+    return .YES
+}
+
+private let accessHandler: MHD_AccessHandlerCallback = { context, connection, url, method, _, upload, uploadSize, requestContext in
+    guard let context, let connection, let uploadSize, let requestContext else { return .NO }
+    return Unmanaged<ServerCore>.fromOpaque(context).takeUnretainedValue().access(
+        connection, url: url.map { String(cString: $0) } ?? "/", method: method.map { String(cString: $0) } ?? "",
+        uploadSize: uploadSize, upload: upload, context: requestContext)
+}
+
+private let requestCompleted: MHD_RequestCompletedCallback = { context, _, requestContext, _ in
+    guard let context, let requestContext, let pointer = requestContext.pointee else { return }
+    requestContext.pointee = nil
+    let exchange = Unmanaged<Exchange>.fromOpaque(pointer).takeRetainedValue()
+    Unmanaged<ServerCore>.fromOpaque(context).takeUnretainedValue().finish(exchange)
+}
+
+private let daemonMessage: MHD_LogCallback = { context, format, arguments in
+    guard let context, let format, let arguments else { return }
+    var buffer = [CChar](repeating: 0, count: 512)
+    _ = vsnprintf(&buffer, buffer.count, format, arguments)
+    let message = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    Unmanaged<ServerCore>.fromOpaque(context).takeUnretainedValue().record(
+        daemonMessage: message.trimmingCharacters(in: .whitespacesAndNewlines))
+}

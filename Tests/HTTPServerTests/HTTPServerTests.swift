@@ -1,0 +1,191 @@
+import Foundation
+import HTTPServer
+import LedgerTestSupport
+import Testing
+
+/// The HTTP layer on a real socket: requests and answers, answers given later from other threads,
+/// limits, timeouts, shutdown and TLS.
+@Suite struct HTTPServerTests {
+    /// Collects the server's completions.
+    final class Completions: @unchecked Sendable {
+        private let lock = NSLock()
+        private var all: [HTTPServer.Completion] = []
+        func add(_ completion: HTTPServer.Completion) { lock.withLock { all.append(completion) } }
+        var list: [HTTPServer.Completion] { lock.withLock { all } }
+    }
+
+    static func echo(_ request: HTTPRequest) -> HTTPResponse {
+        let object: [String: Any] = [
+            "method": request.method, "path": request.path, "query": request.query, "bodyBytes": request.body.count,
+            "body": String(decoding: request.body, as: UTF8.self), "test": request.header("X-Test") ?? "",
+        ]
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
+        return .json(200, String(decoding: data, as: UTF8.self), headers: [("X-Answered", "yes")], note: "echo")
+    }
+
+    @Test func answersRequestsWithMethodPathQueryHeadersAndBody() throws {
+        let completions = Completions()
+        let server = try HTTPServer(configuration: .init(), observer: completions.add, respond: Self.echo)
+        defer { server.shutdown() }
+        #expect(server.port != 0)
+        let client = try HTTPClient(port: server.port)
+        let get = try client.get("/v1/things?name=a%20b&n=2", headers: ["X-Test": "hello"])
+        #expect(get.status == 200)
+        #expect(get.headers["x-answered"] == "yes")
+        #expect(get.headers["content-type"] == "application/json")
+        #expect(get.json["method"] as? String == "GET")
+        #expect(get.json["path"] as? String == "/v1/things")
+        #expect(get.json["query"] as? [String: String] == ["name": "a b", "n": "2"])
+        #expect(get.json["test"] as? String == "hello")
+        let post = try client.post("/submit", "{\"a\":1}\n{\"b\":2}\n")
+        #expect(post.json["method"] as? String == "POST")
+        #expect(post.json["body"] as? String == "{\"a\":1}\n{\"b\":2}\n")
+        let delete = try client.send("DELETE", "/v1/account")
+        #expect(delete.json["method"] as? String == "DELETE")
+        // The observer sees each request once its answer is sent.
+        let deadline = Date().addingTimeInterval(5)
+        while completions.list.count < 3 && Date() < deadline { usleep(5_000) }
+        #expect(completions.list.map(\.status) == [200, 200, 200])
+        #expect(completions.list.map(\.note) == ["echo", "echo", "echo"])
+        #expect(completions.list.map(\.path) == ["/v1/things", "/submit", "/v1/account"])
+    }
+
+    @Test func answersGivenLaterFromOtherThreadsDoNotHoldServerThreads() throws {
+        // Every answer comes 200 ms later from another thread: 32 requests on 2 server threads
+        // finish in about one delay, not 32.
+        let server = try HTTPServer(configuration: .init(threads: 2)) { request, responder in
+            DispatchQueue.global().asyncAfter(deadline: .now() + 0.2) { responder.respond(Self.echo(request)) }
+        }
+        defer { server.shutdown() }
+        let client = try HTTPClient(port: server.port, connections: 32)
+        let started = Date()
+        let statuses = concurrently(32) { index in (try? client.post("/slow", "\(index)"))?.status ?? -1 }
+        #expect(statuses == Array(repeating: 200, count: 32))
+        #expect(Date().timeIntervalSince(started) < 0.2 * 8)
+    }
+
+    final class Statuses: @unchecked Sendable {
+        private let lock = NSLock()
+        private var all: [Int] = []
+        func add(_ status: Int) { lock.withLock { all.append(status) } }
+        var list: [Int] { lock.withLock { all } }
+    }
+
+    @Test func aBodyOverTheLimitIsRefused413WhetherAnnouncedOrChunked() throws {
+        let server = try HTTPServer(configuration: .init(maximumBodyBytes: 1_000), respond: Self.echo)
+        defer { server.shutdown() }
+        // Announced: refused on the headers, before the body is read.
+        let announced = try RawConnection(port: server.port)
+        announced.send("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n")
+        let first = announced.readUntilClosed(timeout: 5)
+        #expect(first.text.hasPrefix("HTTP/1.1 413"), "\(first.text)")
+        #expect(first.text.contains("payload-too-large"))
+        #expect(first.closed)
+        // Chunked: read up to the end and refused.
+        let chunked = try RawConnection(port: server.port)
+        let chunk = String(repeating: "a", count: 600)
+        chunked.send("POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n\(chunk)\r\n258\r\n\(chunk)\r\n0\r\n\r\n")
+        let second = chunked.readUntilClosed(timeout: 5)
+        #expect(second.text.hasPrefix("HTTP/1.1 413"), "\(second.text)")
+        // At the limit: accepted.
+        let client = try HTTPClient(port: server.port)
+        #expect(try client.post("/x", String(repeating: "b", count: 1_000)).json["bodyBytes"] as? Int == 1_000)
+    }
+
+    @Test func oversizedHeadersAreRefused() throws {
+        let server = try HTTPServer(configuration: .init(connectionMemoryBytes: 16 << 10), respond: Self.echo)
+        defer { server.shutdown() }
+        let connection = try RawConnection(port: server.port)
+        connection.send("GET /x HTTP/1.1\r\nHost: t\r\nX-Big: \(String(repeating: "h", count: 40_000))\r\n\r\n")
+        let answer = connection.readUntilClosed(timeout: 5)
+        #expect(answer.text.hasPrefix("HTTP/1.1 431") || answer.text.hasPrefix("HTTP/1.1 413"), "\(answer.text.prefix(80))")
+    }
+
+    @Test func stalledAndTricklingBodiesAreDisconnectedWithoutHoldingTheServer() throws {
+        let completions = Completions()
+        let server = try HTTPServer(
+            configuration: .init(threads: 1, idleTimeoutSeconds: 1, bodyTimeoutSeconds: 1), observer: completions.add, respond: Self.echo)
+        defer { server.shutdown() }
+        // Stalled: half a body, then nothing. Closed after the idle timeout, with no answer.
+        let stalled = try RawConnection(port: server.port)
+        stalled.send("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789")
+        // Trickling: a byte every 150 ms, never idle, but slower than the body timeout allows.
+        let trickling = try RawConnection(port: server.port)
+        trickling.send("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n")
+        let started = Date()
+        let trickle = Thread {
+            for _ in 0..<40 where trickling.send("x") { usleep(150_000) }
+        }
+        trickle.start()
+        // Meanwhile, the single server thread still answers others at once.
+        let client = try HTTPClient(port: server.port)
+        #expect(try client.get("/fast").status == 200)
+        let stalledEnd = stalled.readUntilClosed(timeout: 10)
+        #expect(stalledEnd.closed && stalledEnd.text.isEmpty)
+        let trickleEnd = trickling.readUntilClosed(timeout: 10)
+        #expect(trickleEnd.closed && trickleEnd.text.isEmpty)
+        #expect(Date().timeIntervalSince(started) < 5)
+        let deadline = Date().addingTimeInterval(5)
+        while completions.list.filter({ $0.status == nil }).count < 2 && Date() < deadline { usleep(5_000) }
+        #expect(completions.list.filter { $0.status == nil }.count == 2)
+    }
+
+    @Test func shutdownAnswersRequestsInFlightThenRefusesConnections() throws {
+        let server = try HTTPServer(configuration: .init()) { request, responder in
+            DispatchQueue.global().asyncAfter(deadline: .now() + 0.3) { responder.respond(Self.echo(request)) }
+        }
+        let client = try HTTPClient(port: server.port, connections: 8)
+        let stopped = DispatchSemaphore(value: 0)
+        Thread {
+            let deadline = Date().addingTimeInterval(5)
+            while server.requestsInFlight < 8 && Date() < deadline { usleep(1_000) }
+            server.shutdown(grace: 10)
+            stopped.signal()
+        }.start()
+        let statuses = concurrently(8) { index in (try? client.post("/x", "\(index)"))?.status ?? -1 }
+        #expect(statuses == Array(repeating: 200, count: 8))
+        stopped.wait()
+        #expect(throws: (any Error).self) { try RawConnection(port: server.port) }
+    }
+
+    @Test func shutdownAnswers503WhatIsStillUnansweredAfterTheGracePeriod() throws {
+        let server = try HTTPServer(configuration: .init()) { _, _ in }  // never answers
+        let client = try HTTPClient(port: server.port)
+        let statuses = Statuses()
+        let done = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            statuses.add((try? client.get("/never"))?.status ?? -1)
+            done.signal()
+        }
+        let deadline = Date().addingTimeInterval(5)
+        while server.requestsInFlight < 1 && Date() < deadline { usleep(1_000) }
+        server.shutdown(grace: 0.1)
+        done.wait()
+        #expect(statuses.list == [503])
+    }
+
+    @Test func refusesAnAddressItCannotListenOn() throws {
+        let first = try HTTPServer(configuration: .init(), respond: Self.echo)
+        defer { first.shutdown() }
+        #expect(throws: HTTPServerError.self) { try HTTPServer(configuration: .init(port: first.port), respond: Self.echo) }
+        #expect(throws: HTTPServerError.self) { try HTTPServer(configuration: .init(host: "no-such-host.invalid"), respond: Self.echo) }
+    }
+
+    @Test func servesTLS12AndLaterOnly() throws {
+        let folder = LedgerBinary.packageRoot.appendingPathComponent("Tests/HTTPServerTests/TLS")
+        let certificate = folder.appendingPathComponent("localhost.cert.pem")
+        let tls = HTTPServer.TLS(
+            certificatePEM: try String(contentsOf: certificate, encoding: .utf8),
+            keyPEM: try String(contentsOf: folder.appendingPathComponent("localhost.key.pem"), encoding: .utf8))
+        let server = try HTTPServer(configuration: .init(tls: tls), respond: Self.echo)
+        defer { server.shutdown() }
+        let url = "https://localhost:\(server.port)/secure"
+        let ok = try Curl.run(["--silent", "--cacert", certificate.path, url])
+        #expect(ok.status == 0, "\(ok.stderr)")
+        #expect(Fixtures.object(ok.stdout)["path"] as? String == "/secure")
+        let old = try Curl.run(["--silent", "--cacert", certificate.path, "--tlsv1.1", "--tls-max", "1.1", url])
+        #expect(old.status != 0)
+        let plain = try Curl.run(["--silent", "http://localhost:\(server.port)/secure"])
+        #expect(!plain.stdout.contains("/secure"))
+    }
+}
