@@ -86,9 +86,13 @@ public final class HTTPServer: Sendable {
 
     /// Starts serving. `handler` runs on a server thread: do quick work there and hand slow work
     /// elsewhere, answering later. `observer` sees every finished request.
+    ///
+    /// The process ignores `SIGPIPE` from then on: a client that closes its connection while the
+    /// answer is being written must not end the process.
     public init(
         configuration: Configuration, observer: (@Sendable (Completion) -> Void)? = nil, handler: @escaping Handler
     ) throws(HTTPServerError) {
+        signal(SIGPIPE, SIG_IGN)
         core = ServerCore(configuration: configuration, handler: handler, observer: observer)
         daemon = try Daemon(core: core)
         port = daemon.port
