@@ -31,42 +31,84 @@ public struct SubmitProtocol {
     /// Answers each line with one JSON line, in order. Every valid line is decided in one write
     /// transaction (group commit); an invalid line appends nothing and does not affect the others.
     public func respond(to lines: [String]) -> [String] {
-        var answers = [JSONObject?](repeating: nil, count: lines.count)
+        let prepared = prepare(lines)
+        return answers(to: prepared, decided: ledger.submit(isolating: prepared.groups)).map(\.line)
+    }
+
+    /// A caller the transport has authenticated as one account (`ledger serve`'s app routes): the
+    /// account is `account`, whatever the line says. A line with any field outside `fields` (an
+    /// `account` among them: client-supplied UIDs are never read) or a type outside `types` is invalid.
+    public struct AuthenticatedCaller: Sendable {
+        public var account: String
+        public var types: Set<String>
+        public var fields: Set<String>
+
+        public init(account: String, types: Set<String>, fields: Set<String>) {
+            self.account = account
+            self.types = types
+            self.fields = fields
+        }
+    }
+
+    /// Lines parsed and verified, ready to be decided: ``groups`` go to the writer
+    /// (``Ledger/submit(isolating:)`` or a ``GroupCommitter``), then ``answers(to:decided:)``
+    /// renders the answers. Holds only JSON values, which are immutable.
+    public struct PreparedLines: @unchecked Sendable {
+        /// One group per valid line, in input order.
+        public let groups: [(submissions: [Ledger.Submission], at: Timestamp)]
+        fileprivate let lineOfGroup: [Int]
+        fileprivate let invalid: [JSONObject?]
+        fileprivate let ids: [Any?]
+    }
+
+    /// One answer: its JSON line, with the decision and code it carries.
+    public struct Answer: Sendable {
+        public let decision: String
+        public let code: String
+        public let line: String
+    }
+
+    /// Parses and verifies each line (the work that needs no store); an invalid line is answered
+    /// at once and appends nothing. `caller`, when given, is the authenticated account.
+    public func prepare(_ lines: [String], caller: AuthenticatedCaller? = nil) -> PreparedLines {
+        var invalid = [JSONObject?](repeating: nil, count: lines.count)
         var ids = [Any?](repeating: nil, count: lines.count)
-        var accepted: [(line: Int, submissions: [Ledger.Submission], at: Timestamp)] = []
+        var groups: [(submissions: [Ledger.Submission], at: Timestamp)] = []
+        var lineOfGroup: [Int] = []
         for (index, line) in lines.enumerated() {
             do {
                 let (object, id) = try parseLine(line)
                 ids[index] = id
-                let (submissions, at) = try parse(object)
+                let (submissions, at) = try parse(object, caller: caller)
                 for submission in submissions { try Ledger.validate(submission, at: at) }
-                accepted.append((index, submissions, at))
+                groups.append((submissions, at))
+                lineOfGroup.append(index)
             } catch {
-                answers[index] = invalid(error)
+                invalid[index] = self.invalid(error)
             }
         }
-        func answer(_ group: (line: Int, submissions: [Ledger.Submission], at: Timestamp), _ decided: [Decision]) {
-            var response = decided.count == 1 ? render(decided[0]) : summarise(decided)
-            if case .deleteAccount = group.submissions.first { response["appleBillingContinues"] = true }
-            answers[group.line] = response
-        }
-        do {
-            let decisions = try ledger.submit(groups: accepted.map { ($0.submissions, $0.at) })
-            for (group, decided) in zip(accepted, decisions) { answer(group, decided) }
-        } catch {
-            // Nothing of the group was written: decide each line alone, so one failure stays one line's.
-            for group in accepted {
-                do {
-                    answer(group, try ledger.submit(group.submissions, at: group.at))
-                } catch {
-                    answers[group.line] = invalid(error)
-                }
+        return PreparedLines(groups: groups, lineOfGroup: lineOfGroup, invalid: invalid, ids: ids)
+    }
+
+    /// The answers to `prepared`'s lines, in input order, given what became of each of its groups.
+    public func answers(to prepared: PreparedLines, decided: [Result<[Decision], any Error>]) -> [Answer] {
+        var answers = prepared.invalid
+        for ((group, line), result) in zip(zip(prepared.groups, prepared.lineOfGroup), decided) {
+            switch result {
+            case .success(let decisions):
+                var response = decisions.count == 1 ? render(decisions[0]) : summarise(decisions)
+                if case .deleteAccount = group.submissions.first { response["appleBillingContinues"] = true }
+                answers[line] = response
+            case .failure(let error):
+                answers[line] = invalid(error)
             }
         }
-        return zip(answers, ids).map { answer, id in
+        return zip(answers, prepared.ids).map { answer, id in
             var response = answer ?? invalid(ProtocolError("line was not answered", code: "internal"))
             if let id { response["id"] = id }
-            return JSONLine.render(response)
+            return Answer(
+                decision: response["decision"] as? String ?? Outcome.invalid.rawValue, code: response["code"] as? String ?? "internal",
+                line: JSONLine.render(response))
         }
     }
 
@@ -121,13 +163,21 @@ public struct SubmitProtocol {
     }
 
     /// The submissions a line asks for and the time of the attempt.
-    func parse(_ object: [String: Any]) throws -> ([Ledger.Submission], Timestamp) {
+    func parse(_ object: [String: Any], caller: AuthenticatedCaller? = nil) throws -> ([Ledger.Submission], Timestamp) {
+        if let caller, let refused = object.keys.sorted().first(where: { !caller.fields.contains($0) }) {
+            let fields = caller.fields.sorted().joined(separator: ", ")
+            throw ProtocolError(
+                ["account", "uid", "userId"].contains(refused)
+                    ? "field \(refused) is refused: the account is the authenticated caller's, and client-supplied UIDs are never read"
+                    : "unknown field \(refused) (this request takes only \(fields))")
+        }
         if let unknown = object.keys.sorted().first(where: { !Self.allowedFields.contains($0) }) {
             throw ProtocolError("unknown field \(unknown) (device identifiers and other extra fields are not accepted)")
         }
         guard let type = object["type"] as? String else { throw ProtocolError("type is missing or not a string") }
-        guard Self.types.contains(type) else {
-            throw ProtocolError("type \(type) is not one of \(Self.types.joined(separator: ", "))")
+        let types = caller.map { caller in Self.types.filter(caller.types.contains) } ?? Self.types
+        guard types.contains(type) else {
+            throw ProtocolError("type \(type) is not one of \(types.joined(separator: ", "))")
         }
         let at: Timestamp
         if let value = object["at"] {
@@ -144,7 +194,7 @@ public struct SubmitProtocol {
                 [.notification(try notification(object, at: at), trustDecoded && object["notification"] != nil ? .trustedDecoded : .verifiedJWS)], at
             )
         case "delete-account":
-            return ([.deleteAccount(uid: try account(object))], at)
+            return ([.deleteAccount(uid: try caller?.account ?? account(object))], at)
         case "reconciliation":
             guard let response = object["response"] as? [String: Any] else {
                 throw ProtocolError("response (the App Store Server API response JSON) is missing or not an object")
@@ -154,7 +204,7 @@ public struct SubmitProtocol {
             return (items.map { .transaction(.reconciliation, uid: nil, $0.transaction, .verifiedJWS) }, at)
         default:
             let kind: SubmissionKind = type == "purchase" ? .purchase : type == "renewal" ? .renewal : .restore
-            let uid = try account(object)
+            let uid = try caller?.account ?? account(object)
             return (try transactions(object, at: at).map { .transaction(kind, uid: uid, $0.0, $0.1) }, at)
         }
     }

@@ -1,0 +1,190 @@
+import AppleSignedData
+import Foundation
+import LedgerCore
+import LedgerTestSupport
+import OwnershipLedger
+import Testing
+
+/// The shared writer: what is pending is decided as one group and committed once, completions come
+/// only after the commit, overload is refused, `close` drains, and one bad request stays its own.
+@Suite struct GroupCommitterTests {
+    let t = Fixtures.start
+
+    func purchase(_ uid: String, _ otid: String) throws -> Ledger.Submission {
+        .transaction(.purchase, uid: uid, try Fixtures.payload(Fixtures.transaction(otid, at: t)), .trustedDecoded)
+    }
+
+    /// Holds the writer inside its first commit report until released.
+    final class Gate: @unchecked Sendable {
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        private let lock = NSLock()
+        private var commits: [GroupCommitter.Commit] = []
+        private var first = true
+
+        func report(_ commit: GroupCommitter.Commit) {
+            let hold = lock.withLock {
+                commits.append(commit)
+                defer { first = false }
+                return first
+            }
+            if hold {
+                entered.signal()
+                release.wait()
+            }
+        }
+
+        var all: [GroupCommitter.Commit] { lock.withLock { commits } }
+    }
+
+    /// Collects completions.
+    final class Outcomes: @unchecked Sendable {
+        private let lock = NSLock()
+        private var results: [Int: Result<[Decision], any Error>] = [:]
+        let done = DispatchSemaphore(value: 0)
+
+        func completion(_ index: Int) -> GroupCommitter.Completion {
+            { result in
+                self.lock.withLock { self.results[index] = result }
+                self.done.signal()
+            }
+        }
+
+        func wait(_ count: Int) { for _ in 0..<count { done.wait() } }
+        func decision(_ index: Int) -> Decision? { lock.withLock { try? results[index]?.get().first } }
+        func error(_ index: Int) -> (any Error)? {
+            lock.withLock {
+                guard case .failure(let error) = results[index] else { return nil }
+                return error
+            }
+        }
+    }
+
+    @Test func everythingPendingIsDecidedInOneCommitAndCompletedOnlyOnceItIsVisible() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let gate = Gate()
+        let committer = GroupCommitter(ledger: ledger, onCommit: gate.report)
+        let outcomes = Outcomes()
+        try committer.enqueue([try purchase("first", "100")], at: t, completion: outcomes.completion(0))
+        gate.entered.wait()  // the writer has committed the first group and is held before completing it
+        #expect(outcomes.decision(0) == nil, "completed before its commit was reported")
+        for index in 1...100 { try committer.enqueue([try purchase("u\(index)", "\(100 + index)")], at: t, completion: outcomes.completion(index)) }
+        #expect(committer.queueDepth == 100)
+        gate.release.signal()
+        outcomes.wait(101)
+        #expect(gate.all.map(\.requests) == [1, 100], "the 100 requests waiting were decided as one group")
+        #expect(gate.all.map(\.submissions) == [1, 100])
+        for index in 0...100 {
+            #expect(outcomes.decision(index)?.outcome == .granted)
+            // Completed means committed: another reader sees it.
+            #expect(try ledger.binding(originalTransactionId: "\(100 + index)").uid == (index == 0 ? "first" : "u\(index)"))
+        }
+        committer.close()
+    }
+
+    @Test func aFullQueueRefusesAtOnceAndTakesRequestsAgainOnceDrained() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let gate = Gate()
+        let committer = GroupCommitter(ledger: ledger, capacity: 10, onCommit: gate.report)
+        let outcomes = Outcomes()
+        try committer.enqueue([try purchase("a", "1")], at: t, completion: outcomes.completion(0))
+        gate.entered.wait()
+        for index in 1...10 { try committer.enqueue([try purchase("b\(index)", "\(10 + index)")], at: t, completion: outcomes.completion(index)) }
+        #expect(throws: GroupCommitter.Refusal.full) {
+            try committer.enqueue([try purchase("c", "99")], at: t, completion: outcomes.completion(99))
+        }
+        #expect(committer.queueDepth == 10)
+        gate.release.signal()
+        outcomes.wait(11)
+        #expect((0...10).allSatisfy { outcomes.decision($0)?.outcome == .granted })
+        #expect(try ledger.binding(originalTransactionId: "99").state == "unbound", "the refused request was never decided")
+        // An empty queue takes even a request larger than the capacity.
+        let big = try (0..<25).map { try purchase("d\($0)", "\(200 + $0)") }
+        try committer.enqueue(big, at: t, completion: outcomes.completion(200))
+        outcomes.wait(1)
+        committer.close()
+        #expect(try ledger.account(uid: "d24").entitlements.count == 1)
+    }
+
+    @Test func closeDecidesWhatIsQueuedThenRefuses() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let gate = Gate()
+        let committer = GroupCommitter(ledger: ledger, onCommit: gate.report)
+        let outcomes = Outcomes()
+        try committer.enqueue([try purchase("a", "1")], at: t, completion: outcomes.completion(0))
+        gate.entered.wait()
+        for index in 1...20 { try committer.enqueue([try purchase("q\(index)", "\(index + 1)")], at: t, completion: outcomes.completion(index)) }
+        let closed = DispatchSemaphore(value: 0)
+        Thread {
+            committer.close()
+            closed.signal()
+        }.start()
+        gate.release.signal()
+        closed.wait()
+        #expect((0...20).allSatisfy { outcomes.decision($0)?.outcome == .granted }, "close returned before the queue was decided")
+        #expect(throws: GroupCommitter.Refusal.closed) {
+            try committer.enqueue([try purchase("late", "500")], at: t, completion: outcomes.completion(500))
+        }
+        committer.close()  // again: returns at once
+    }
+
+    @Test func aRequestThatCannotBeDecidedFailsAloneAndAppendsNothing() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let notification = try NotificationPayload(
+            json: Fixtures.notification("DID_RENEW", uuid: "n-1", transaction: Fixtures.transaction("7", at: t), at: t))
+        let conflicting = try NotificationPayload(
+            json: Fixtures.notification("REFUND", uuid: "n-1", transaction: Fixtures.transaction("7", at: t), at: t))
+        _ = try ledger.submit(.notification(notification, .trustedDecoded), at: t)
+        let head = try ledger.store.head().sequence
+        let gate = Gate()
+        let committer = GroupCommitter(ledger: ledger, onCommit: gate.report)
+        let outcomes = Outcomes()
+        try committer.enqueue([try purchase("a", "1")], at: t, completion: outcomes.completion(0))
+        gate.entered.wait()
+        try committer.enqueue([try purchase("b", "2")], at: t, completion: outcomes.completion(1))
+        try committer.enqueue([.notification(conflicting, .trustedDecoded)], at: t, completion: outcomes.completion(2))
+        try committer.enqueue([try purchase("c", "3")], at: t, completion: outcomes.completion(3))
+        gate.release.signal()
+        outcomes.wait(4)
+        #expect([0, 1, 3].allSatisfy { outcomes.decision($0)?.outcome == .granted })
+        #expect((outcomes.error(2) as? SubmissionError)?.code == "conflict")
+        // The three purchases appended what they append alone; the conflicting notification nothing.
+        let (control, controlDirectory) = try Fixtures.ledger()
+        defer { controlDirectory.remove() }
+        let controlHead = try control.store.head().sequence
+        _ = try control.submit([try purchase("a", "1"), try purchase("b", "2"), try purchase("c", "3")], at: t)
+        #expect(try ledger.store.head().sequence - head == control.store.head().sequence - controlHead)
+        #expect(try ledger.binding(originalTransactionId: "2").uid == "b")
+        #expect(try ledger.store.replay().isIntact)
+        committer.close()
+    }
+
+    @Test func sixtyFourAccountsRacingForOneNewLineageLeaveExactlyOneOwner() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let committer = GroupCommitter(ledger: ledger)
+        let payload = try Fixtures.payload(Fixtures.transaction("4242", at: t))
+        let decisions = concurrently(64) { index -> Outcome? in
+            let outcome = Outcomes()
+            do {
+                try committer.enqueue(
+                    [.transaction(.purchase, uid: "racer-\(index)", payload, .trustedDecoded)], at: Fixtures.start,
+                    completion: outcome.completion(0))
+            } catch {
+                return nil
+            }
+            outcome.wait(1)
+            return outcome.decision(0)?.outcome
+        }
+        committer.close()
+        #expect(decisions.filter { $0 == .granted }.count == 1)
+        #expect(decisions.filter { $0 == .denied }.count == 63)
+        let owner = try #require(try ledger.binding(originalTransactionId: "4242").uid)
+        #expect(try ledger.account(uid: owner).entitlements.count == 1)
+        #expect(try ledger.store.replay().isIntact)
+    }
+}
