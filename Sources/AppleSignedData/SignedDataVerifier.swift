@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCrypto
 
 /// What a signed payload is, which decides its identity checks and validation date.
 public enum SignedDataKind: String, Sendable, CaseIterable {

@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCrypto
 import LedgerTestSupport
 import Testing
 

@@ -1,9 +1,10 @@
 import Foundation
 
-enum Base64URL {
+/// Base64url without padding, as JWS and JWT segments use it.
+public enum Base64URL {
     /// Strict, canonical base64url without padding: any other spelling of the same bytes is refused,
     /// so a JWS segment has exactly one textual form.
-    static func decode(_ text: Substring) -> [UInt8]? {
+    public static func decode(_ text: Substring) -> [UInt8]? {
         var standard = ""
         standard.reserveCapacity(text.utf8.count + 3)
         for byte in text.utf8 {
@@ -27,7 +28,7 @@ enum Base64URL {
         return bytes
     }
 
-    static func encode(_ bytes: [UInt8]) -> String {
+    public static func encode(_ bytes: [UInt8]) -> String {
         Data(bytes).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-")
             .replacingOccurrences(of: "/", with: "_")
