@@ -25,12 +25,10 @@ format:
 lint:
 	$(SWIFT) format lint --strict --recursive --configuration .swift-format Package.swift Sources Projections Tests
 
-# libFuzzer over the record and event decoders (seconds: FUZZ_SECONDS, default 60).
+# Every libFuzzer target in Tests/Fuzz/targets, FUZZ_SECONDS each (default 60; FUZZ_TARGETS picks some).
 FUZZ_SECONDS ?= 60
 fuzz: deps
-	mkdir -p .build/fuzz/corpus
-	swiftc -sanitize=fuzzer,address -parse-as-library -O Sources/LedgerCore/*.swift Tests/Fuzz/RecordDecoderFuzzer.swift -o .build/fuzz/record-fuzzer
-	.build/fuzz/record-fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 .build/fuzz/corpus
+	FUZZ_SECONDS=$(FUZZ_SECONDS) SWIFT=$(SWIFT) bash Tests/Fuzz/fuzz.sh
 
 # Line coverage of the library modules from the test suite (the toolchain's llvm-cov).
 LLVM_COV ?= $(dir $(shell readlink -f $$(command -v $(SWIFT))))llvm-cov

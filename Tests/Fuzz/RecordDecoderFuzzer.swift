@@ -1,6 +1,7 @@
 // libFuzzer harness for the record and event decoders: any byte string must decode or throw,
-// never trap. Built by `make fuzz` with the LedgerCore sources compiled in:
-//   swiftc -sanitize=fuzzer,address -parse-as-library Sources/LedgerCore/*.swift Tests/Fuzz/RecordDecoderFuzzer.swift
+// never trap. Built and run by `make fuzz` (Tests/Fuzz/fuzz.sh).
+import LedgerCore
+
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzRecordDecoder(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
     let bytes = [UInt8](UnsafeRawBufferPointer(start: start, count: count))
