@@ -15,19 +15,21 @@ let package = Package(
         .systemLibrary(
             name: "CMicroHTTPD", path: "Sources/CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .target(name: "LedgerCore"),
+        .target(name: "StrictJSON"),
         .target(name: "Projections", dependencies: ["LedgerCore"], path: "Projections"),
         .target(name: "LedgerCrypto", dependencies: ["LedgerCore", "COpenSSL"]),
         .target(name: "LedgerStore", dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "CLMDB"]),
-        .target(name: "AppleSignedData", dependencies: ["LedgerCore", "LedgerCrypto", "COpenSSL"]),
+        .target(name: "AppleSignedData", dependencies: ["LedgerCore", "LedgerCrypto", "COpenSSL", "StrictJSON"]),
         .target(
             name: "OwnershipLedger",
-            dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "LedgerStore", "AppleSignedData"]),
+            dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "LedgerStore", "AppleSignedData", "StrictJSON"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
-        .executableTarget(name: "ledger", dependencies: ["OwnershipLedger"]),
+        .executableTarget(name: "ledger", dependencies: ["OwnershipLedger", "StrictJSON"]),
         .target(
             name: "LedgerTestSupport",
-            dependencies: ["OwnershipLedger", "LedgerCore", "LedgerStore", "LedgerCrypto", "AppleSignedData"],
+            dependencies: ["OwnershipLedger", "LedgerCore", "LedgerStore", "LedgerCrypto", "AppleSignedData", "StrictJSON"],
             path: "Tests/LedgerTestSupport"),
+        .testTarget(name: "StrictJSONTests", dependencies: ["StrictJSON", "LedgerTestSupport"]),
         .testTarget(name: "LedgerCoreTests", dependencies: ["LedgerCore", "Projections", "LedgerTestSupport"]),
         .testTarget(
             name: "LedgerStoreTests", dependencies: ["LedgerStore", "LedgerCrypto", "LedgerTestSupport", "OwnershipLedger", "Projections", "CLMDB"]),

@@ -1,31 +1,28 @@
-import Foundation
+public import StrictJSON
 
-/// Typed, error-naming access to a JSON object from `JSONSerialization`.
+/// Typed, error-naming access to the members of a JSON object read by ``JSONReader``.
 /// `null` counts as absent; every failure is `.invalidPayload` naming `context.key`.
 struct JSONFields {
-    let object: [String: Any]
+    let members: JSONMembers
     let context: String
 
-    init(_ object: [String: Any], context: String) {
-        self.object = object
+    init(_ members: JSONMembers, context: String) {
+        self.members = members
         self.context = context
     }
 
-    static func parseObject(_ data: Data, context: String) throws(VerificationError) -> [String: Any] {
-        let parsed: Any
+    /// Reads a JSON object strictly (duplicate keys, nesting and size are refused).
+    static func parseObject(_ bytes: some Collection<UInt8>, context: String) throws(VerificationError) -> JSONMembers {
         do {
-            parsed = try JSONSerialization.jsonObject(with: data, options: [])
+            return try JSONReader().object(bytes)
         } catch {
-            throw VerificationError(.invalidPayload, "\(context) is not valid JSON")
+            throw VerificationError(.invalidPayload, "\(context) is not a valid JSON object: \(error.message)")
         }
-        guard let object = parsed as? [String: Any] else {
-            throw VerificationError(.invalidPayload, "\(context) is not a JSON object")
-        }
-        return object
     }
 
-    private func value(_ key: String) -> Any? {
-        guard let value = object[key], !(value is NSNull) else { return nil }
+    /// The value of `key`, nil when absent or null.
+    func value(_ key: String) -> JSONValue? {
+        guard let value = members[key], value != .null else { return nil }
         return value
     }
 
@@ -33,7 +30,7 @@ struct JSONFields {
         VerificationError(.invalidPayload, "\(context) is missing \(key)")
     }
 
-    private func wrongType(_ key: String, _ expected: String) -> VerificationError {
+    func wrongType(_ key: String, _ expected: String) -> VerificationError {
         VerificationError(.invalidPayload, "\(context).\(key) must be \(expected)")
     }
 
@@ -41,7 +38,7 @@ struct JSONFields {
 
     func optionalString(_ key: String) throws(VerificationError) -> String? {
         guard let raw = value(key) else { return nil }
-        guard let string = raw as? String else { throw wrongType(key, "a string") }
+        guard case .string(let string) = raw else { throw wrongType(key, "a string") }
         return string
     }
 
@@ -50,10 +47,12 @@ struct JSONFields {
         return string
     }
 
-    /// Milliseconds since the epoch; fractional values (Xcode) are floored.
+    /// Milliseconds since the epoch: only a plain integer is accepted (no fraction, no exponent).
     func optionalMillis(_ key: String) throws(VerificationError) -> Int64? {
         guard let raw = value(key) else { return nil }
-        guard let millis = JSONFields.millis(raw) else { throw wrongType(key, "a number of milliseconds") }
+        guard case .integer(let millis) = raw else {
+            throw VerificationError(.invalidPayload, JSONValue.millisecondsRequired("\(context).\(key)"))
+        }
         return millis
     }
 
@@ -64,32 +63,32 @@ struct JSONFields {
 
     func optionalInt64(_ key: String) throws(VerificationError) -> Int64? {
         guard let raw = value(key) else { return nil }
-        guard let number = JSONFields.number(raw), let int = number as? Int64 else { throw wrongType(key, "an integer") }
-        return int
+        guard case .integer(let integer) = raw else { throw wrongType(key, "an integer") }
+        return integer
     }
 
     func optionalInt(_ key: String) throws(VerificationError) -> Int? {
-        guard let raw = value(key) else { return nil }
-        guard let number = JSONFields.number(raw), let int = number as? Int else { throw wrongType(key, "an integer") }
+        guard let integer = try optionalInt64(key) else { return nil }
+        guard let int = Int(exactly: integer) else { throw wrongType(key, "an integer") }
         return int
     }
 
     func optionalBool(_ key: String) throws(VerificationError) -> Bool? {
         guard let raw = value(key) else { return nil }
-        guard let number = raw as? NSNumber, JSONFields.isBoolean(number) else { throw wrongType(key, "true or false") }
-        return number.boolValue
+        guard case .bool(let flag) = raw else { throw wrongType(key, "true or false") }
+        return flag
     }
 
     func optionalObject(_ key: String) throws(VerificationError) -> JSONFields? {
         guard let raw = value(key) else { return nil }
-        guard let object = raw as? [String: Any] else { throw wrongType(key, "an object") }
-        return JSONFields(object, context: "\(context).\(key)")
+        guard case .object(let members) = raw else { throw wrongType(key, "an object") }
+        return JSONFields(members, context: "\(context).\(key)")
     }
 
-    func optionalArray(_ key: String) throws(VerificationError) -> [Any]? {
+    func optionalArray(_ key: String) throws(VerificationError) -> [JSONValue]? {
         guard let raw = value(key) else { return nil }
-        guard let array = raw as? [Any] else { throw wrongType(key, "an array") }
-        return array
+        guard case .array(let elements) = raw else { throw wrongType(key, "an array") }
+        return elements
     }
 
     func environment(_ key: String) throws(VerificationError) -> AppleEnvironment {
@@ -99,31 +98,15 @@ struct JSONFields {
 
     func optionalEnvironment(_ key: String) throws(VerificationError) -> AppleEnvironment? {
         guard let raw = try optionalString(key) else { return nil }
-        guard let environment = AppleEnvironment(rawValue: raw) else {
+        guard let environment = AppleEnvironment(exactly: raw) else {
             throw VerificationError(.invalidPayload, "\(context).\(key) \"\(raw)\" is not one of Production, Sandbox, Xcode, LocalTesting")
         }
         return environment
     }
+}
 
-    // MARK: numbers
-
-    static func isBoolean(_ number: NSNumber) -> Bool {
-        let kind = String(cString: number.objCType)
-        return kind == "c" || kind == "B"
-    }
-
-    /// A JSON number that is not a boolean.
-    static func number(_ raw: Any) -> NSNumber? {
-        guard let number = raw as? NSNumber, !isBoolean(number) else { return nil }
-        return number
-    }
-
-    /// Whole milliseconds: integers exactly, fractions floored; nil for non-numbers and out-of-range values.
-    static func millis(_ raw: Any) -> Int64? {
-        guard let number = number(raw) else { return nil }
-        if let exact = number as? Int64 { return exact }
-        let double = number.doubleValue
-        guard double.isFinite, double > -9.2e18, double < 9.2e18 else { return nil }
-        return Int64(double.rounded(.down))
-    }
+extension JSONValue {
+    /// The one message for a time that is not a whole number of milliseconds (a fraction, an
+    /// exponent, a string or a boolean), wherever it is read.
+    public static func millisecondsRequired(_ field: String) -> String { "\(field) must be a whole number of milliseconds" }
 }

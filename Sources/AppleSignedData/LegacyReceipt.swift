@@ -1,4 +1,4 @@
-import Foundation
+public import StrictJSON
 
 /// The JSON of Apple's legacy `verifyReceipt` response:
 /// `{"status":0, "environment":"Sandbox"|"Production", "receipt":{"bundle_id":...}, "latest_receipt_info":[{...}]}`.
@@ -29,12 +29,12 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
     public var entries: [Entry]
 
     /// Parses the response; wrong shapes are `.invalidPayload` naming the field.
-    public init(jsonData: Data) throws(VerificationError) {
+    public init(jsonData: some Collection<UInt8>) throws(VerificationError) {
         try self.init(json: JSONFields.parseObject(jsonData, context: "verifyReceipt"))
     }
 
     /// Parses the response from a JSON object.
-    public init(json: [String: Any]) throws(VerificationError) {
+    public init(json: JSONMembers) throws(VerificationError) {
         let f = JSONFields(json, context: "verifyReceipt")
         guard let status = try f.optionalInt("status") else {
             throw VerificationError(.invalidPayload, "verifyReceipt is missing status")
@@ -44,7 +44,7 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
         let receipt = try f.optionalObject("receipt")
         bundleId = try receipt?.optionalString("bundle_id")
         receiptCreationDateMs = try receipt.map { r throws(VerificationError) in try Self.optionalMs(r, "receipt_creation_date_ms") } ?? nil
-        var raw: [Any] = []
+        var raw: [JSONValue] = []
         var context = "verifyReceipt.latest_receipt_info"
         if let latest = try f.optionalArray("latest_receipt_info") {
             raw = latest
@@ -54,7 +54,7 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
         }
         entries = []
         for (index, value) in raw.enumerated() {
-            guard let object = value as? [String: Any] else {
+            guard case .object(let object) = value else {
                 throw VerificationError(.invalidPayload, "\(context)[\(index)] must be an object")
             }
             let e = JSONFields(object, context: "\(context)[\(index)]")
@@ -71,18 +71,36 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
                     expiresDateMs: try Self.optionalMs(e, "expires_date_ms"),
                     inAppOwnershipType: try e.optionalString("in_app_ownership_type"),
                     cancellationDateMs: try Self.optionalMs(e, "cancellation_date_ms"),
-                    cancellationReason: try Self.optionalMs(e, "cancellation_reason").map { Int(clamping: $0) },
+                    cancellationReason: try Self.optionalCount(e, "cancellation_reason"),
                     webOrderLineItemId: try e.optionalString("web_order_line_item_id"),
-                    quantity: try Self.optionalMs(e, "quantity").map { Int(clamping: $0) }))
+                    quantity: try Self.optionalCount(e, "quantity")))
         }
     }
 
-    /// A decimal string (Apple's form) or a JSON number.
+    /// Whole milliseconds as a string of decimal digits (Apple's form) or a plain JSON integer.
     static func optionalMs(_ f: JSONFields, _ key: String) throws(VerificationError) -> Int64? {
-        guard let raw = f.object[key], !(raw is NSNull) else { return nil }
-        if let text = raw as? String, let value = Int64(text) { return value }
-        if let value = JSONFields.millis(raw) { return value }
-        throw VerificationError(.invalidPayload, "\(f.context).\(key) must be a decimal string of milliseconds")
+        guard let value = try optionalDecimal(f, key) else { return nil }
+        guard let millis = value else { throw VerificationError(.invalidPayload, JSONValue.millisecondsRequired("\(f.context).\(key)")) }
+        return millis
+    }
+
+    /// A count or code as a string of decimal digits or a plain JSON integer.
+    static func optionalCount(_ f: JSONFields, _ key: String) throws(VerificationError) -> Int? {
+        guard let value = try optionalDecimal(f, key) else { return nil }
+        guard let count = value.flatMap({ Int(exactly: $0) }) else { throw f.wrongType(key, "a string of decimal digits") }
+        return count
+    }
+
+    /// nil when absent; `.some(nil)` when present but not a decimal string or a plain integer.
+    private static func optionalDecimal(_ f: JSONFields, _ key: String) throws(VerificationError) -> Int64?? {
+        switch f.value(key) {
+        case nil: return .none
+        case .integer(let value): return .some(value)
+        case .string(let text):
+            guard !text.isEmpty, text.utf8.allSatisfy({ (48...57).contains($0) }) else { return .some(nil) }
+            return .some(Int64(text))
+        default: return .some(nil)
+        }
     }
 }
 
@@ -99,11 +117,11 @@ extension SignedDataVerifier {
             guard let bundleId = response.bundleId else {
                 throw VerificationError(.invalidAppIdentifier, "verifyReceipt receipt has no bundle_id; expected \"\(configuration.bundleId)\"")
             }
-            guard bundleId == configuration.bundleId else {
+            guard JSONBytes.equal(bundleId, configuration.bundleId) else {
                 throw VerificationError(
                     .invalidAppIdentifier, "verifyReceipt bundle_id \"\(bundleId)\" does not match the configured \"\(configuration.bundleId)\"")
             }
-            guard let rawEnvironment = response.environment, let environment = AppleEnvironment(rawValue: rawEnvironment) else {
+            guard let rawEnvironment = response.environment, let environment = AppleEnvironment(exactly: rawEnvironment) else {
                 throw VerificationError(
                     .invalidEnvironment,
                     "verifyReceipt environment \(response.environment.map { "\"\($0)\"" } ?? "is missing"); expected \(configuration.environment.rawValue)"

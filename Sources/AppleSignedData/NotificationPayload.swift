@@ -1,4 +1,4 @@
-import Foundation
+public import StrictJSON
 
 /// An App Store Server Notification V2 (`signedPayload`), with its nested transaction and renewal info.
 public struct NotificationPayload: Sendable, Equatable {
@@ -39,22 +39,22 @@ public struct NotificationPayload: Sendable, Equatable {
     /// `{notificationType, subtype?, notificationUUID, signedDate, data: {environment, bundleId, appAppleId?,
     /// status?, transaction: {...TransactionPayload fields...}?, renewalInfo: {...}?}}`.
     /// `summary` / `externalPurchaseToken` / `appData` are accepted in place of `data` for the identity fields.
-    public init(json: [String: Any]) throws(VerificationError) {
+    public init(json: JSONMembers) throws(VerificationError) {
         let fields = JSONFields(json, context: "notification")
         let data = try fields.optionalObject("data")
         var transaction: TransactionPayload?
         var renewalInfo: RenewalInfoPayload?
         if let object = try data?.optionalObject("transaction") {
-            transaction = try TransactionPayload(JSONFields(object.object, context: "notification.data.transaction"))
+            transaction = try TransactionPayload(JSONFields(object.members, context: "notification.data.transaction"))
         }
         if let object = try data?.optionalObject("renewalInfo") {
-            renewalInfo = try RenewalInfoPayload(JSONFields(object.object, context: "notification.data.renewalInfo"))
+            renewalInfo = try RenewalInfoPayload(JSONFields(object.members, context: "notification.data.renewalInfo"))
         }
         try self.init(fields, transaction: transaction, renewalInfo: renewalInfo)
     }
 
     /// Decodes an unsigned notification from JSON bytes (see ``init(json:)``).
-    public init(jsonData: Data) throws(VerificationError) {
+    public init(jsonData: some Collection<UInt8>) throws(VerificationError) {
         try self.init(json: JSONFields.parseObject(jsonData, context: "notification"))
     }
 
@@ -62,7 +62,7 @@ public struct NotificationPayload: Sendable, Equatable {
         let identity = try NotificationIdentity(f)
         var environment: AppleEnvironment?
         if let raw = identity.environment {
-            guard let known = AppleEnvironment(rawValue: raw) else {
+            guard let known = AppleEnvironment(exactly: raw) else {
                 throw VerificationError(.invalidPayload, "notification environment \"\(raw)\" is not one of Production, Sandbox, Xcode, LocalTesting")
             }
             environment = known

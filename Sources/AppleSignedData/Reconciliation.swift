@@ -1,4 +1,4 @@
-import Foundation
+public import StrictJSON
 
 /// An App Store Server API response to reconcile against: **Get All Subscription Statuses**
 /// (`{environment, bundleId, appAppleId, data: [{subscriptionGroupIdentifier, lastTransactions: [{originalTransactionId,
@@ -39,12 +39,12 @@ public struct ReconciliationResponse: Sendable, Equatable {
     public var items: [Item]
 
     /// Parses either response shape; anything else is `.invalidPayload`.
-    public init(jsonData: Data) throws(VerificationError) {
+    public init(jsonData: some Collection<UInt8>) throws(VerificationError) {
         try self.init(json: JSONFields.parseObject(jsonData, context: "response"))
     }
 
     /// Parses either response shape from a JSON object.
-    public init(json: [String: Any]) throws(VerificationError) {
+    public init(json: JSONMembers) throws(VerificationError) {
         let f = JSONFields(json, context: "response")
         environment = try f.optionalString("environment")
         bundleId = try f.optionalString("bundleId")
@@ -55,7 +55,7 @@ public struct ReconciliationResponse: Sendable, Equatable {
         if let signed = try f.optionalArray("signedTransactions") {
             kind = .transactionHistory
             for (index, entry) in signed.enumerated() {
-                guard let jws = entry as? String else {
+                guard case .string(let jws) = entry else {
                     throw VerificationError(.invalidPayload, "response.signedTransactions[\(index)] must be a string")
                 }
                 items.append(Item(signedTransactionInfo: jws))
@@ -63,13 +63,13 @@ public struct ReconciliationResponse: Sendable, Equatable {
         } else if let groups = try f.optionalArray("data") {
             kind = .subscriptionStatuses
             for (groupIndex, groupValue) in groups.enumerated() {
-                guard let groupObject = groupValue as? [String: Any] else {
+                guard case .object(let groupObject) = groupValue else {
                     throw VerificationError(.invalidPayload, "response.data[\(groupIndex)] must be an object")
                 }
                 let group = JSONFields(groupObject, context: "response.data[\(groupIndex)]")
                 let groupId = try group.optionalString("subscriptionGroupIdentifier")
                 for (index, value) in (try group.optionalArray("lastTransactions") ?? []).enumerated() {
-                    guard let object = value as? [String: Any] else {
+                    guard case .object(let object) = value else {
                         throw VerificationError(.invalidPayload, "\(group.context).lastTransactions[\(index)] must be an object")
                     }
                     let last = JSONFields(object, context: "\(group.context).lastTransactions[\(index)]")

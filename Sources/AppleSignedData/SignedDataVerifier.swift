@@ -1,12 +1,13 @@
 import Foundation
 import LedgerCrypto
+public import StrictJSON
 
 /// What a signed payload is, which decides its identity checks and validation date.
 public enum SignedDataKind: String, Sendable, CaseIterable {
     case transaction, renewalInfo, notification, appTransaction, unknown
 
     /// Guesses the kind from the payload's fields (for ``SignedDataVerifier/inspect(_:now:)``).
-    static func guess(_ payload: [String: Any]) -> SignedDataKind {
+    static func guess(_ payload: JSONMembers) -> SignedDataKind {
         if payload["notificationType"] != nil { return .notification }
         if payload["receiptType"] != nil || payload["appTransactionId"] != nil && payload["transactionId"] == nil {
             return .appTransaction
@@ -25,10 +26,10 @@ public enum SignedDataKind: String, Sendable, CaseIterable {
 public struct InspectedJWS: Sendable, Equatable {
     /// The kind asked for, or guessed from the payload's fields by ``SignedDataVerifier/inspect(_:now:)``.
     public var kind: SignedDataKind
-    /// Header JSON, pretty-printed with sorted keys.
-    public var header: Data
-    /// Payload JSON, pretty-printed with sorted keys.
-    public var payload: Data
+    /// The header's members.
+    public var header: JSONMembers
+    /// The payload's members.
+    public var payload: JSONMembers
     /// Subject of the verified leaf certificate (OpenSSL one-line form); nil when signatures were not checked.
     public var leafSubject: String?
     /// False only under an Xcode/LocalTesting configuration, where nothing is verified.
@@ -132,23 +133,15 @@ public struct SignedDataVerifier: Sendable {
 
     struct Verified {
         var kind: SignedDataKind
-        var header: [String: Any]
-        var payload: [String: Any]
+        var header: JSONMembers
+        var payload: JSONMembers
         var leafSubject: String?
         var validatedAt: Int64?
 
-        func inspected() throws(VerificationError) -> InspectedJWS {
+        func inspected() -> InspectedJWS {
             InspectedJWS(
-                kind: kind, header: try Verified.pretty(header), payload: try Verified.pretty(payload),
-                leafSubject: leafSubject, signatureVerified: leafSubject != nil, validatedAt: validatedAt)
-        }
-
-        static func pretty(_ object: [String: Any]) throws(VerificationError) -> Data {
-            do {
-                return try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
-            } catch {
-                throw VerificationError(.invalidPayload, "payload could not be re-encoded as JSON")
-            }
+                kind: kind, header: header, payload: payload, leafSubject: leafSubject, signatureVerified: leafSubject != nil,
+                validatedAt: validatedAt)
         }
     }
 
@@ -173,7 +166,7 @@ public struct SignedDataVerifier: Sendable {
             guard let alg = header["alg"] else {
                 throw VerificationError(.invalidJWSFormat, "JWS header has no alg; ES256 is required")
             }
-            guard let algName = alg as? String, algName == "ES256" else {
+            guard let algName = alg.string, JSONBytes.equal(algName, "ES256") else {
                 throw VerificationError(.invalidJWSFormat, "JWS alg is \(Self.describe(alg)); only ES256 is accepted")
             }
             // RFC 7515 §4.1.11: critical extensions this verifier does not implement must be refused.
@@ -183,7 +176,7 @@ public struct SignedDataVerifier: Sendable {
             guard let x5cValue = header["x5c"] else {
                 throw VerificationError(.invalidJWSFormat, "JWS header has no x5c certificate chain")
             }
-            guard let x5c = x5cValue as? [Any] else {
+            guard case .array(let x5c) = x5cValue else {
                 throw VerificationError(.invalidJWSFormat, "JWS header x5c is not an array")
             }
             guard x5c.count == 3 else {
@@ -192,7 +185,7 @@ public struct SignedDataVerifier: Sendable {
             }
             var certificates: [X509Certificate] = []
             for (index, entry) in x5c.enumerated() {
-                guard let text = entry as? String else {
+                guard case .string(let text) = entry else {
                     throw VerificationError(.invalidCertificate, "x5c[\(index)] is not a string")
                 }
                 guard let der = Data(base64Encoded: text) else {
@@ -221,25 +214,24 @@ public struct SignedDataVerifier: Sendable {
         return verified
     }
 
-    static func jsonSegment(_ segment: Substring, name: String) throws(VerificationError) -> [String: Any] {
+    static func jsonSegment(_ segment: Substring, name: String) throws(VerificationError) -> JSONMembers {
         guard let bytes = Base64URL.decode(segment) else {
             throw VerificationError(.invalidJWSFormat, "JWS \(name) is not canonical base64url")
         }
-        guard let parsed = try? JSONSerialization.jsonObject(with: Data(bytes), options: []),
-            let object = parsed as? [String: Any]
-        else {
-            throw VerificationError(.invalidJWSFormat, "JWS \(name) is not a JSON object")
+        do {
+            return try JSONReader().object(bytes)
+        } catch {
+            throw VerificationError(.invalidJWSFormat, "JWS \(name) is not a JSON object: \(error.message)")
         }
-        return object
     }
 
-    static func describe(_ value: Any) -> String {
-        if let string = value as? String { return "\"\(string)\"" }
+    static func describe(_ value: JSONValue) -> String {
+        if let string = value.string { return "\"\(string)\"" }
         return "not a string"
     }
 
     /// Unix seconds at which to validate the chain.
-    func effectiveTime(_ payload: [String: Any], kind: SignedDataKind, now: Int64) throws(VerificationError) -> Int64 {
+    func effectiveTime(_ payload: JSONMembers, kind: SignedDataKind, now: Int64) throws(VerificationError) -> Int64 {
         var millis: Int64?
         if configuration.validateAtSignedDate {
             let fields = JSONFields(payload, context: "payload")
@@ -290,7 +282,7 @@ public struct SignedDataVerifier: Sendable {
         }
     }
 
-    func checkIdentity(_ payload: [String: Any], kind: SignedDataKind) throws(VerificationError) {
+    func checkIdentity(_ payload: JSONMembers, kind: SignedDataKind) throws(VerificationError) {
         let fields = JSONFields(payload, context: kind.rawValue)
         switch kind {
         case .transaction:
@@ -318,7 +310,7 @@ public struct SignedDataVerifier: Sendable {
         guard let bundleId else {
             throw VerificationError(.invalidAppIdentifier, "\(kind.rawValue) has no bundleId; expected \"\(configuration.bundleId)\"")
         }
-        guard bundleId == configuration.bundleId else {
+        guard JSONBytes.equal(bundleId, configuration.bundleId) else {
             throw VerificationError(
                 .invalidAppIdentifier, "\(kind.rawValue) bundleId \"\(bundleId)\" does not match the configured \"\(configuration.bundleId)\"")
         }
@@ -329,7 +321,7 @@ public struct SignedDataVerifier: Sendable {
         guard let environment else {
             throw VerificationError(.invalidEnvironment, "\(kind.rawValue) has no environment; expected \(expected)")
         }
-        guard environment == expected else {
+        guard JSONBytes.equal(environment, expected) else {
             throw VerificationError(.invalidEnvironment, "\(kind.rawValue) environment \"\(environment)\" does not match the configured \(expected)")
         }
     }

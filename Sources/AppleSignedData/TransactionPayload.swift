@@ -1,7 +1,7 @@
-import Foundation
+public import StrictJSON
 
 /// The facts of one App Store transaction (JWSTransaction), after verification or from trusted decoded JSON.
-/// Dates are milliseconds since the epoch; fractional milliseconds are floored.
+/// Dates are whole milliseconds since the epoch (a fraction is refused).
 public struct TransactionPayload: Sendable, Equatable {
     public var originalTransactionId: String
     public var transactionId: String
@@ -70,12 +70,12 @@ public struct TransactionPayload: Sendable, Equatable {
     /// Decodes a JWSTransaction payload object. Missing required fields or wrong types throw
     /// `.invalidPayload` naming the field ("transaction is missing originalTransactionId").
     /// Also used for unsigned `--trust-decoded` input, so nothing here implies verification.
-    public init(json: [String: Any]) throws(VerificationError) {
+    public init(json: JSONMembers) throws(VerificationError) {
         try self.init(JSONFields(json, context: "transaction"))
     }
 
     /// Decodes a JWSTransaction payload from JSON bytes (see ``init(json:)``).
-    public init(jsonData: Data) throws(VerificationError) {
+    public init(jsonData: some Collection<UInt8>) throws(VerificationError) {
         try self.init(json: JSONFields.parseObject(jsonData, context: "transaction"))
     }
 
@@ -150,12 +150,12 @@ public struct RenewalInfoPayload: Sendable, Equatable {
     }
 
     /// Decodes a JWSRenewalInfo payload object; errors name the field ("renewalInfo is missing originalTransactionId").
-    public init(json: [String: Any]) throws(VerificationError) {
+    public init(json: JSONMembers) throws(VerificationError) {
         try self.init(JSONFields(json, context: "renewalInfo"))
     }
 
     /// Decodes a JWSRenewalInfo payload from JSON bytes.
-    public init(jsonData: Data) throws(VerificationError) {
+    public init(jsonData: some Collection<UInt8>) throws(VerificationError) {
         try self.init(json: JSONFields.parseObject(jsonData, context: "renewalInfo"))
     }
 

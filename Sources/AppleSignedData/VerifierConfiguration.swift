@@ -1,3 +1,5 @@
+import StrictJSON
+
 /// The App Store environment a payload was produced in.
 public enum AppleEnvironment: String, Sendable, Codable, CaseIterable {
     case production = "Production"
@@ -7,6 +9,13 @@ public enum AppleEnvironment: String, Sendable, Codable, CaseIterable {
 
     /// Xcode and LocalTesting data is signed by a local key, never by Apple.
     public var isLocal: Bool { self == .xcode || self == .localTesting }
+
+    /// The environment named exactly `name`, compared byte for byte as UTF-8 (unlike
+    /// `init(rawValue:)`, which uses `String` equality and so canonical equivalence).
+    public init?(exactly name: String) {
+        guard let environment = Self.allCases.first(where: { JSONBytes.equal($0.rawValue, name) }) else { return nil }
+        self = environment
+    }
 }
 
 /// What a ``SignedDataVerifier`` accepts.

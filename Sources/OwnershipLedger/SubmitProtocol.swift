@@ -1,6 +1,7 @@
 import AppleSignedData
 import Foundation
 public import LedgerCore
+public import StrictJSON
 
 /// The verifier line protocol of `ledger submit` (see `docs/protocol.md`): one JSON object in, one
 /// JSON object out, in order. A malformed line is answered `invalid` and appends nothing.
@@ -13,10 +14,12 @@ public struct SubmitProtocol {
 
     /// The longest accepted line.
     public static let maximumLineBytes = 1 << 20
+    /// The deepest accepted nesting of arrays and objects in a line.
+    public static let maximumDepth = 32
+    static let reader = JSONReader(maximumDepth: maximumDepth, maximumBytes: maximumLineBytes)
     static let types = ["purchase", "renewal", "restore", "notification", "delete-account", "reconciliation"]
-    static let allowedFields: Set<String> = [
-        "type", "account", "signedTransaction", "transaction", "receipt", "signedPayload", "notification", "response", "at",
-        "id",
+    static let allowedFields = [
+        "type", "account", "signedTransaction", "transaction", "receipt", "signedPayload", "notification", "response", "at", "id",
     ]
 
     public init(ledger: Ledger, trustDecoded: Bool, clock: @escaping @Sendable () -> Timestamp = LedgerTime.now) {
@@ -26,13 +29,14 @@ public struct SubmitProtocol {
     }
 
     /// Answers one input line with one JSON line.
-    public func respond(to line: String) -> String { respond(to: [line])[0] }
+    public func respond(to line: String) -> String { respond(to: [line.utf8])[0].line }
 
-    /// Answers each line with one JSON line, in order. Every valid line is decided in one write
-    /// transaction (group commit); an invalid line appends nothing and does not affect the others.
-    public func respond(to lines: [String]) -> [String] {
+    /// Answers each line (its UTF-8 bytes, without the line break) with one JSON line, in order.
+    /// Every valid line is decided in one write transaction (group commit); an invalid line appends
+    /// nothing and does not affect the others.
+    public func respond<Line: Collection<UInt8>>(to lines: [Line]) -> [Answer] {
         let prepared = prepare(lines)
-        return answers(to: prepared, decided: ledger.submit(isolating: prepared.groups)).map(\.line)
+        return answers(to: prepared, decided: ledger.submit(isolating: prepared.groups))
     }
 
     /// A caller the transport has authenticated as one account (`ledger serve`'s app routes): the
@@ -52,33 +56,35 @@ public struct SubmitProtocol {
 
     /// Lines parsed and verified, ready to be decided: ``groups`` go to the writer
     /// (``Ledger/submit(isolating:)`` or a ``GroupCommitter``), then ``answers(to:decided:)``
-    /// renders the answers. Holds only JSON values, which are immutable.
-    public struct PreparedLines: @unchecked Sendable {
+    /// renders the answers.
+    public struct PreparedLines: Sendable {
         /// One group per valid line, in input order.
         public let groups: [(submissions: [Ledger.Submission], at: Timestamp)]
         fileprivate let lineOfGroup: [Int]
-        fileprivate let invalid: [JSONObject?]
-        fileprivate let ids: [Any?]
+        fileprivate let invalid: [JSONMembers?]
+        fileprivate let ids: [JSONValue?]
     }
 
-    /// One answer: its JSON line, with the decision and code it carries.
+    /// One answer: its JSON line (UTF-8, no line break), with the decision and code it carries.
     public struct Answer: Sendable {
         public let decision: String
         public let code: String
-        public let line: String
+        public let bytes: [UInt8]
+        /// ``bytes`` as a string.
+        public var line: String { String(decoding: bytes, as: UTF8.self) }
     }
 
-    /// Parses and verifies each line (the work that needs no store); an invalid line is answered
-    /// at once and appends nothing. `caller`, when given, is the authenticated account.
-    public func prepare(_ lines: [String], caller: AuthenticatedCaller? = nil) -> PreparedLines {
-        var invalid = [JSONObject?](repeating: nil, count: lines.count)
-        var ids = [Any?](repeating: nil, count: lines.count)
+    /// Parses and verifies each line (its UTF-8 bytes; the work that needs no store); an invalid
+    /// line is answered at once and appends nothing. `caller`, when given, is the authenticated account.
+    public func prepare<Line: Collection<UInt8>>(_ lines: [Line], caller: AuthenticatedCaller? = nil) -> PreparedLines {
+        var invalid = [JSONMembers?](repeating: nil, count: lines.count)
+        var ids = [JSONValue?](repeating: nil, count: lines.count)
         var groups: [(submissions: [Ledger.Submission], at: Timestamp)] = []
         var lineOfGroup: [Int] = []
         for (index, line) in lines.enumerated() {
             do {
-                let (object, id) = try parseLine(line)
-                ids[index] = id
+                let object = try parseLine(line)
+                ids[index] = object["id"]
                 let (submissions, at) = try parse(object, caller: caller)
                 for submission in submissions { try Ledger.validate(submission, at: at) }
                 groups.append((submissions, at))
@@ -107,96 +113,83 @@ public struct SubmitProtocol {
             var response = answer ?? invalid(ProtocolError("line was not answered", code: "internal"))
             if let id { response["id"] = id }
             return Answer(
-                decision: response["decision"] as? String ?? Outcome.invalid.rawValue, code: response["code"] as? String ?? "internal",
-                line: JSONLine.render(response))
+                decision: response["decision"]?.string ?? Outcome.invalid.rawValue, code: response["code"]?.string ?? "internal",
+                bytes: JSONWriter.render(.object(response)))
         }
     }
 
-    /// The answer to a line that could not even be read (too long, not UTF-8): `invalid`, nothing appended.
-    public func invalidAnswer(_ message: String) -> String { JSONLine.render(invalid(ProtocolError(message))) }
+    /// The answer to a line that could not even be read (too long): `invalid`, nothing appended.
+    public func invalidAnswer(_ message: String) -> [UInt8] { JSONWriter.render(.object(invalid(ProtocolError(message)))) }
 
-    private func parseLine(_ line: String) throws -> (object: [String: Any], id: Any?) {
-        guard line.utf8.count <= Self.maximumLineBytes else {
-            throw ProtocolError("line is longer than \(Self.maximumLineBytes) bytes")
+    /// A line whose only characters are spaces and tabs gets no answer.
+    public static func isBlank(_ line: some Collection<UInt8>) -> Bool {
+        line.allSatisfy { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+    }
+
+    private func parseLine(_ line: some Collection<UInt8>) throws -> JSONMembers {
+        let object: JSONMembers
+        do {
+            object = try Self.reader.object(line)
+        } catch {
+            throw ProtocolError("line is not a valid JSON object: \(error.message)")
         }
-        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
-            throw ProtocolError("line is not a JSON object")
+        switch object["id"] {
+        case nil, .string, .integer, .number: return object
+        default: throw ProtocolError("id must be a string or a number")
         }
-        let id = object["id"]
-        if let id, !(id is String || (id as? NSNumber).map { !Self.isBoolean($0) } == true) {
-            throw ProtocolError("id must be a string or a number")
-        }
-        return (object, id)
     }
 
     /// A JSON time: an ISO-8601 string or a whole number of milliseconds, within ``LedgerTime/supportedRange``.
-    static func timestamp(_ value: Any) -> Timestamp? {
-        if let text = value as? String { return LedgerTime.parse(text) }
-        guard let number = value as? NSNumber, !isBoolean(number) else { return nil }
-        let double = number.doubleValue
-        guard double.isFinite, double == double.rounded(), Double(LedgerTime.supportedRange.lowerBound) <= double,
-            double <= Double(LedgerTime.supportedRange.upperBound)
-        else { return nil }
-        return number.int64Value
+    static func timestamp(_ value: JSONValue) throws -> Timestamp {
+        switch value {
+        case .string(let text):
+            if let time = LedgerTime.parse(text) { return time }
+        case .integer(let time):
+            if LedgerTime.supportedRange.contains(time) { return time }
+        case .number:
+            throw ProtocolError(JSONValue.millisecondsRequired("at"))
+        default: break
+        }
+        throw ProtocolError("at must be ISO-8601 or a whole number of milliseconds since the epoch, from 1970 through 9999")
     }
 
-    /// JSON `true` and `false` arrive as NSNumber too.
-    static func isBoolean(_ number: NSNumber) -> Bool { String(cString: number.objCType) == "c" }
-
-    private func invalid(_ error: any Error) -> JSONObject {
-        var response: JSONObject = ["decision": Outcome.invalid.rawValue]
+    private func invalid(_ error: any Error) -> JSONMembers {
+        let (code, message): (String, String)
         switch error {
-        case let error as ProtocolError:
-            response["code"] = error.code
-            response["message"] = error.message
-        case let error as VerificationError:
-            response["code"] = error.code.rawValue
-            response["message"] = error.message
-        case let error as SubmissionError:
-            response["code"] = error.code
-            response["message"] = error.message
-        default:
-            response["code"] = "internal"
-            response["message"] = "the ledger could not record this line, nothing was appended: \(error)"
+        case let error as ProtocolError: (code, message) = (error.code, error.message)
+        case let error as VerificationError: (code, message) = (error.code.rawValue, error.message)
+        case let error as SubmissionError: (code, message) = (error.code, error.message)
+        default: (code, message) = ("internal", "the ledger could not record this line, nothing was appended: \(error)")
         }
-        return response
+        return ["decision": .string(Outcome.invalid.rawValue), "code": .string(code), "message": .string(message)]
     }
 
     /// The submissions a line asks for and the time of the attempt.
-    func parse(_ object: [String: Any], caller: AuthenticatedCaller? = nil) throws -> ([Ledger.Submission], Timestamp) {
-        if let caller, let refused = object.keys.sorted().first(where: { !caller.fields.contains($0) }) {
+    func parse(_ object: JSONMembers, caller: AuthenticatedCaller? = nil) throws -> ([Ledger.Submission], Timestamp) {
+        if let caller, let refused = Self.firstKey(of: object, outside: caller.fields.sorted()) {
             let fields = caller.fields.sorted().joined(separator: ", ")
             throw ProtocolError(
-                ["account", "uid", "userId"].contains(refused)
+                ["account", "uid", "userId"].contains(where: { JSONBytes.equal($0, refused) })
                     ? "field \(refused) is refused: the account is the authenticated caller's, and client-supplied UIDs are never read"
                     : "unknown field \(refused) (this request takes only \(fields))")
         }
-        if let unknown = object.keys.sorted().first(where: { !Self.allowedFields.contains($0) }) {
+        if let unknown = Self.firstKey(of: object, outside: Self.allowedFields) {
             throw ProtocolError("unknown field \(unknown) (device identifiers and other extra fields are not accepted)")
         }
-        guard let type = object["type"] as? String else { throw ProtocolError("type is missing or not a string") }
+        guard let type = object["type"]?.string else { throw ProtocolError("type is missing or not a string") }
         let types = caller.map { caller in Self.types.filter(caller.types.contains) } ?? Self.types
-        guard types.contains(type) else {
+        guard types.contains(where: { JSONBytes.equal($0, type) }) else {
             throw ProtocolError("type \(type) is not one of \(types.joined(separator: ", "))")
         }
-        let at: Timestamp
-        if let value = object["at"] {
-            guard let parsed = Self.timestamp(value) else {
-                throw ProtocolError("at must be ISO-8601 or milliseconds since the epoch, from 1970 through 9999")
-            }
-            at = parsed
-        } else {
-            at = clock()
-        }
+        let at = try object["at"].map(Self.timestamp) ?? clock()
         switch type {
         case "notification":
-            return (
-                [.notification(try notification(object, at: at), trustDecoded && object["notification"] != nil ? .trustedDecoded : .verifiedJWS)], at
-            )
+            let provenance: Provenance = trustDecoded && object["notification"] != nil ? .trustedDecoded : .verifiedJWS
+            return ([.notification(try notification(object, at: at), provenance)], at)
         case "delete-account":
             return ([.deleteAccount(uid: try caller?.account ?? account(object))], at)
         case "reconciliation":
-            guard let response = object["response"] as? [String: Any] else {
+            guard case .object(let response)? = object["response"] else {
                 throw ProtocolError("response (the App Store Server API response JSON) is missing or not an object")
             }
             let parsed = try ReconciliationResponse(json: response)
@@ -209,47 +202,56 @@ public struct SubmitProtocol {
         }
     }
 
-    private func account(_ object: [String: Any]) throws -> String {
-        guard let uid = object["account"] as? String, !uid.isEmpty, uid.utf8.count <= 256 else {
+    /// The first key of `object` (in byte order) that is not one of `allowed` (compared byte for byte).
+    static func firstKey(of object: JSONMembers, outside allowed: [String]) -> String? {
+        object.keys.filter { key in !allowed.contains { JSONBytes.equal($0, key) } }.min(by: JSONBytes.less)
+    }
+
+    private func account(_ object: JSONMembers) throws -> String {
+        guard let uid = object["account"]?.string, !uid.isEmpty, uid.utf8.count <= 256 else {
             throw ProtocolError("account (the authenticated Firebase UID, 1–256 bytes) is missing or not a string")
         }
         return uid
     }
 
-    private func transactions(_ object: [String: Any], at: Timestamp) throws -> [(TransactionPayload, Provenance)] {
-        let given = ["signedTransaction", "transaction", "receipt"].filter { object[$0] != nil }
-        guard given.count == 1 else {
-            throw ProtocolError("give exactly one of signedTransaction, transaction (with --trust-decoded) or receipt (with --trust-decoded)")
-        }
-        switch given[0] {
+    /// The one field of `names` the line gives, or an error naming them.
+    private func exactlyOne(of names: [String], in object: JSONMembers, _ message: String) throws -> (name: String, value: JSONValue) {
+        let given = names.compactMap { name in object[name].map { (name, $0) } }
+        guard given.count == 1 else { throw ProtocolError(message) }
+        return given[0]
+    }
+
+    private func transactions(_ object: JSONMembers, at: Timestamp) throws -> [(TransactionPayload, Provenance)] {
+        let (name, value) = try exactlyOne(
+            of: ["signedTransaction", "transaction", "receipt"], in: object,
+            "give exactly one of signedTransaction, transaction (with --trust-decoded) or receipt (with --trust-decoded)")
+        switch name {
         case "signedTransaction":
-            guard let jws = object["signedTransaction"] as? String else { throw ProtocolError("signedTransaction must be a string") }
+            guard let jws = value.string else { throw ProtocolError("signedTransaction must be a string") }
             return [(try ledger.verifier.verifyTransaction(jws, now: at).get(), .verifiedJWS)]
         case "transaction":
             try requireTrust("transaction")
-            guard let json = object["transaction"] as? [String: Any] else { throw ProtocolError("transaction must be an object") }
+            guard let json = value.members else { throw ProtocolError("transaction must be an object") }
             let payload = try TransactionPayload(json: json)
             try checkIdentity(bundleId: payload.bundleId, environment: payload.environment)
             return [(payload, .trustedDecoded)]
         default:
             try requireTrust("receipt")
-            guard let json = object["receipt"] as? [String: Any] else { throw ProtocolError("receipt must be an object") }
+            guard let json = value.members else { throw ProtocolError("receipt must be an object") }
             let payloads = try ledger.verifier.verifyLegacyReceipt(LegacyReceiptResponse(json: json)).get()
             return latestPerLineage(payloads).map { ($0, .legacyReceipt) }
         }
     }
 
-    private func notification(_ object: [String: Any], at: Timestamp) throws -> NotificationPayload {
-        let given = ["signedPayload", "notification"].filter { object[$0] != nil }
-        guard given.count == 1 else {
-            throw ProtocolError("give exactly one of signedPayload or notification (with --trust-decoded)")
-        }
-        if let jws = object["signedPayload"] {
-            guard let jws = jws as? String else { throw ProtocolError("signedPayload must be a string") }
+    private func notification(_ object: JSONMembers, at: Timestamp) throws -> NotificationPayload {
+        let (name, value) = try exactlyOne(
+            of: ["signedPayload", "notification"], in: object, "give exactly one of signedPayload or notification (with --trust-decoded)")
+        if name == "signedPayload" {
+            guard let jws = value.string else { throw ProtocolError("signedPayload must be a string") }
             return try ledger.verifier.verifyNotification(jws, now: at).get()
         }
         try requireTrust("notification")
-        guard let json = object["notification"] as? [String: Any] else { throw ProtocolError("notification must be an object") }
+        guard let json = value.members else { throw ProtocolError("notification must be an object") }
         let payload = try NotificationPayload(json: json)
         if let bundleId = payload.bundleId, let environment = payload.environment {
             try checkIdentity(bundleId: bundleId, environment: environment)
@@ -268,10 +270,10 @@ public struct SubmitProtocol {
         }
     }
 
-    /// Decoded data must still name this ledger's app and environment.
+    /// Decoded data must still name this ledger's app and environment (compared byte for byte).
     private func checkIdentity(bundleId: String, environment: AppleEnvironment) throws {
         let configuration = ledger.configuration
-        guard bundleId == configuration.bundleId else {
+        guard JSONBytes.equal(bundleId, configuration.bundleId) else {
             throw VerificationError(.invalidAppIdentifier, "bundleId \(bundleId) is not this ledger's \(configuration.bundleId)")
         }
         guard environment == configuration.environment else {
@@ -294,15 +296,18 @@ public struct SubmitProtocol {
         return latest.keys.sorted().compactMap { latest[$0] }
     }
 
-    private func summarise(_ decisions: [Decision]) -> JSONObject {
+    private func summarise(_ decisions: [Decision]) -> JSONMembers {
         let outcomes = Set(decisions.map(\.outcome))
-        var summary: JSONObject = [
-            "results": decisions.map(render),
-            "decision": outcomes.count == 1 ? decisions[0].outcome.rawValue : Outcome.recorded.rawValue,
-            "code": outcomes.count == 1 && Set(decisions.map(\.code)).count == 1 ? decisions[0].code : "mixed",
-            "message": "\(decisions.count) items decided; see results",
+        var summary: JSONMembers = [
+            "results": .array(decisions.map { .object(render($0)) }),
+            "decision": .string(outcomes.count == 1 ? decisions[0].outcome.rawValue : Outcome.recorded.rawValue),
+            "code": .string(outcomes.count == 1 && Set(decisions.map(\.code)).count == 1 ? decisions[0].code : "mixed"),
+            "message": .string("\(decisions.count) items decided; see results"),
         ]
-        if decisions.isEmpty { summary["decision"] = Outcome.ignored.rawValue; summary["code"] = "empty" }
+        if decisions.isEmpty {
+            summary["decision"] = .string(Outcome.ignored.rawValue)
+            summary["code"] = "empty"
+        }
         return summary
     }
 }
@@ -318,27 +323,32 @@ struct ProtocolError: Error {
 }
 
 /// JSON renderings shared by the protocol and the query commands.
-public func render(_ decision: Decision) -> JSONObject {
-    var object: JSONObject = ["decision": decision.outcome.rawValue, "code": decision.code, "message": decision.message]
-    if let sequence = decision.sequence { object["seq"] = sequence }
-    if let entitlement = decision.entitlement { object["entitlement"] = render(entitlement) }
+public func render(_ decision: Decision) -> JSONMembers {
+    var object: JSONMembers = [
+        "decision": .string(decision.outcome.rawValue), "code": .string(decision.code), "message": .string(decision.message),
+    ]
+    if let sequence = decision.sequence { object["seq"] = .integer(Int64(sequence)) }
+    if let entitlement = decision.entitlement { object["entitlement"] = .object(render(entitlement)) }
     if decision.duplicate { object["duplicate"] = true }
     return object
 }
 
-public func render(_ entitlement: EntitlementView) -> JSONObject {
-    var object: JSONObject = [
-        "productId": entitlement.productId, "active": entitlement.active, "revoked": entitlement.revoked,
-        "expiresAt": entitlement.expiresAt.map(LedgerTime.format) ?? NSNull(),
+public func render(_ entitlement: EntitlementView) -> JSONMembers {
+    var object: JSONMembers = [
+        "productId": .string(entitlement.productId), "active": .bool(entitlement.active), "revoked": .bool(entitlement.revoked),
+        "expiresAt": entitlement.expiresAt.map { .string(LedgerTime.format($0)) } ?? .null,
     ]
-    if let ended = entitlement.endedBecause { object["ended"] = ended }
+    if let ended = entitlement.endedBecause { object["ended"] = .string(ended) }
     return object
 }
 
-public func render(_ binding: BindingView) -> JSONObject {
-    ["state": binding.state, "account": binding.uid ?? NSNull(), "entitlement": binding.entitlement.map(render) ?? NSNull()]
+public func render(_ binding: BindingView) -> JSONMembers {
+    [
+        "state": .string(binding.state), "account": binding.uid.map { .string($0) } ?? .null,
+        "entitlement": binding.entitlement.map { .object(render($0)) } ?? .null,
+    ]
 }
 
-public func render(_ account: AccountView) -> JSONObject {
-    ["account": account.uid, "known": account.known, "entitlements": account.entitlements.map(render)]
+public func render(_ account: AccountView) -> JSONMembers {
+    ["account": .string(account.uid), "known": .bool(account.known), "entitlements": .array(account.entitlements.map { .object(render($0)) })]
 }

@@ -1,5 +1,6 @@
 import Foundation
 public import LedgerCore
+public import StrictJSON
 
 /// Parsing and printing of times: ISO-8601 (UTC or with an offset) or milliseconds since the epoch.
 /// Done by hand with the civil-calendar algorithm: fast, allocation-light and identical everywhere.
@@ -110,15 +111,50 @@ public enum LedgerTime {
     }
 }
 
-/// A JSON object printed with sorted keys on one line.
+/// A JSON object as the query commands build it, printed with ``JSONLine/render(_:)``.
 public typealias JSONObject = [String: Any]
 
 public enum JSONLine {
-    /// One line of JSON, keys sorted, slashes unescaped.
-    public static func render(_ object: JSONObject) -> String {
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else {
-            return #"{"decision":"invalid","code":"internal","message":"response could not be encoded"}"#
+    /// One line of JSON (``JSONWriter``: keys sorted by bytes, slashes unescaped).
+    public static func render(_ object: JSONObject) -> String { JSONWriter.string(JSONValue(any: object)) }
+}
+
+extension JSONValue {
+    /// The JSON form of a value built in a ``JSONObject``: strings, numbers and booleans (Swift or
+    /// `NSNumber`), `NSNull` or nil, arrays, dictionaries with string keys, and ``JSONValue`` itself.
+    /// Anything else is written as its description.
+    public init(any value: Any) {
+        switch value {
+        case let value as JSONValue: self = value
+        case let value as JSONMembers: self = .object(value)
+        case let value as String: self = .string(value)
+        case is NSNull: self = .null
+        case let value as NSNumber:
+            switch String(cString: value.objCType) {
+            case "c", "B": self = .bool(value.boolValue)
+            case "d", "f": self = .number(value.doubleValue)
+            case "Q", "L", "I", "S", "C":
+                let unsigned = value.uint64Value
+                self = unsigned <= UInt64(Int64.max) ? .integer(Int64(unsigned)) : .number(Double(unsigned))
+            default: self = .integer(value.int64Value)
+            }
+        case let value as [Any]: self = .array(value.map(JSONValue.init(any:)))
+        case let value as [String: Any]: self = .object(JSONMembers(value.map { ($0.key, JSONValue(any: $0.value)) }))
+        default:
+            if let optional = value as? any OptionalProtocol {
+                self = optional.wrapped.map(JSONValue.init(any:)) ?? .null
+            } else {
+                self = .string(String(describing: value))
+            }
         }
-        return String(decoding: data, as: UTF8.self)
     }
+}
+
+/// Lets ``JSONValue/init(any:)`` see through an `Optional` stored as `Any`.
+private protocol OptionalProtocol {
+    var wrapped: Any? { get }
+}
+
+extension Optional: OptionalProtocol {
+    fileprivate var wrapped: Any? { self.map { $0 as Any } }
 }

@@ -24,6 +24,8 @@ struct CLIError: Error {
 struct Console {
     func out(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
     func err(_ line: String) { FileHandle.standardError.write(Data((line + "\n").utf8)) }
+    /// Raw bytes to standard output.
+    func write(_ bytes: [UInt8]) { FileHandle.standardOutput.write(Data(bytes)) }
 }
 
 /// Parsed `--name value` options, `--flag`s and positional arguments, checked against what a

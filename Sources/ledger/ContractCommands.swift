@@ -2,6 +2,7 @@ import AppleSignedData
 import Foundation
 import LedgerCore
 import OwnershipLedger
+import StrictJSON
 
 struct SubmitCommand: Subcommand {
     static let name = "submit"
@@ -26,17 +27,19 @@ struct SubmitCommand: Subcommand {
         while let batch = input.next(upTo: 1_000) {
             // Blank lines get no answer; every other line gets exactly one, in order.
             let lines = batch.filter {
-                if case .text(let text) = $0 { return !text.trimmingCharacters(in: .whitespaces).isEmpty }
+                if case .bytes(let bytes) = $0 { return !SubmitProtocol.isBlank(bytes) }
                 return true
             }
-            var answers = protocolHandler.respond(to: lines.compactMap(\.text)).makeIterator()
-            let output = lines.map { line in
+            var answers = protocolHandler.respond(to: lines.compactMap(\.bytes)).makeIterator()
+            var output: [UInt8] = []
+            for line in lines {
                 switch line {
-                case .text: answers.next() ?? ""
-                case .unreadable(let reason): protocolHandler.invalidAnswer(reason)
+                case .bytes: output += answers.next()?.bytes ?? []
+                case .unreadable(let reason): output += protocolHandler.invalidAnswer(reason)
                 }
+                output.append(UInt8(ascii: "\n"))
             }
-            if !output.isEmpty { console.out(output.joined(separator: "\n")) }
+            if !output.isEmpty { console.write(output) }
         }
         if let error = input.readError {
             throw CLIError(code: .storeError, message: "reading standard input failed: \(error); lines after the last answer were not read")
@@ -68,9 +71,9 @@ struct BindingCommand: Subcommand {
         }
         let view = try ledger.binding(originalTransactionId: id, environment: environment, at: try arguments.time("at"))
         var object = render(view)
-        object["originalTransactionId"] = id
-        object["environment"] = (environment ?? ledger.configuration.environment).rawValue
-        console.out(JSONLine.render(object))
+        object["originalTransactionId"] = .string(id)
+        object["environment"] = .string((environment ?? ledger.configuration.environment).rawValue)
+        console.out(JSONWriter.string(.object(object)))
         return .success
     }
 }
@@ -90,7 +93,7 @@ struct AccountCommand: Subcommand {
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let ledger = try openLedger(arguments)
         let view = try ledger.account(uid: try arguments.required("uid"), at: try arguments.time("at"))
-        console.out(JSONLine.render(render(view)))
+        console.out(JSONWriter.string(.object(render(view))))
         return .success
     }
 }
@@ -126,8 +129,8 @@ struct InspectJWSCommand: Subcommand {
         switch ledger.verifier.inspect(jws, now: now) {
         case .success(let inspected):
             var object: JSONObject = ["kind": inspected.kind.rawValue, "signatureVerified": inspected.signatureVerified]
-            if let payload = try? JSONSerialization.jsonObject(with: inspected.payload) { object["payload"] = payload }
-            if let header = try? JSONSerialization.jsonObject(with: inspected.header) { object["header"] = header }
+            object["payload"] = JSONValue.object(inspected.payload)
+            object["header"] = JSONValue.object(inspected.header)
             if let validatedAt = inspected.validatedAt { object["chainValidatedAt"] = LedgerTime.format(validatedAt * 1000) }
             if let subject = inspected.leafSubject { object["leafSubject"] = subject }
             // The identity checks `submit` applies too: bundle, environment, app Apple id.
@@ -148,13 +151,13 @@ struct InspectJWSCommand: Subcommand {
     }
 }
 
-/// One input line as read: its text, or why it cannot be read (too long, not UTF-8).
+/// One input line as read: its bytes (without the line break), or why it cannot be read (too long).
 enum InputLine: Equatable {
-    case text(String)
+    case bytes([UInt8])
     case unreadable(String)
 
-    var text: String? {
-        if case .text(let text) = self { return text }
+    var bytes: [UInt8]? {
+        if case .bytes(let bytes) = self { return bytes }
         return nil
     }
 }
@@ -200,9 +203,7 @@ struct LineBatches {
 
     private static func line(_ bytes: ArraySlice<UInt8>) -> InputLine {
         // CRLF line endings: the carriage return belongs to the line break, not to the line.
-        let bytes = bytes.last == 0x0D ? bytes.dropLast() : bytes
-        guard let text = String(validating: bytes, as: UTF8.self) else { return .unreadable("line is not valid UTF-8") }
-        return .text(text)
+        .bytes(Array(bytes.last == 0x0D ? bytes.dropLast() : bytes))
     }
 
     private mutating func take(into lines: inout [InputLine], limit: Int) {

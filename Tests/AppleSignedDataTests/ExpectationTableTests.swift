@@ -1,4 +1,5 @@
 import Foundation
+import StrictJSON
 import Testing
 
 @testable import AppleSignedData
@@ -81,7 +82,7 @@ struct JWSCase: Sendable, CustomTestStringConvertible {
         if let time = testCase.effectiveTime {
             #expect(inspected.validatedAt == time)
         }
-        let payload = try #require(try JSONSerialization.jsonObject(with: inspected.payload) as? [String: Any])
+        let payload = inspected.payload
         if let fieldData = testCase.fields,
             let fields = try JSONSerialization.jsonObject(with: fieldData) as? [String: Any]
         {
@@ -90,24 +91,31 @@ struct JWSCase: Sendable, CustomTestStringConvertible {
     }
 
     /// Compares one `fields` entry ("data.bundleId", "signedDateMs", null = absent) with the payload.
-    func expectField(_ payload: [String: Any], _ key: String, _ expected: Any, _ id: String) throws {
+    /// Upstream expects Xcode's fractional milliseconds floored; the verifier returns the payload as signed.
+    func expectField(_ payload: JSONMembers, _ key: String, _ expected: Any, _ id: String) throws {
         var path = key.split(separator: ".").map(String.init)
         var object = payload
         while path.count > 1 {
-            object = try #require(object[path.removeFirst()] as? [String: Any], "\(id) \(key)")
+            object = try #require(object[path.removeFirst()]?.members, "\(id) \(key)")
         }
         var name = path[0]
         if object[name] == nil, name.hasSuffix("Ms") { name = String(name.dropLast(2)) }
         let actual = object[name]
         switch expected {
         case is NSNull:
-            #expect(actual == nil || actual is NSNull, "\(id) \(key)")
+            #expect(actual == nil || actual == .null, "\(id) \(key)")
         case let string as String:
-            #expect(actual as? String == string, "\(id) \(key)")
-        case let number as NSNumber where JSONFields.isBoolean(number):
-            #expect((actual as? NSNumber)?.boolValue == number.boolValue, "\(id) \(key)")
+            #expect(actual?.string == string, "\(id) \(key)")
+        case let number as NSNumber where String(cString: number.objCType) == "c":
+            #expect(actual == .bool(number.boolValue), "\(id) \(key)")
+        case let number as NSNumber:
+            switch actual {
+            case .integer(let integer)?: #expect(integer == number.int64Value, "\(id) \(key)")
+            case .number(let double)?: #expect(Int64(double.rounded(.down)) == number.int64Value, "\(id) \(key)")
+            default: Issue.record("\(id) \(key): \(String(describing: actual)) is not a number")
+            }
         default:
-            #expect(actual.flatMap(JSONFields.millis) == JSONFields.millis(expected), "\(id) \(key): \(String(describing: actual))")
+            Issue.record("\(id) \(key): unexpected expectation \(expected)")
         }
     }
 }

@@ -62,7 +62,7 @@ import Testing
         #expect(throws: VerificationError(.invalidPayload, "verifyReceipt is missing status")) { try LegacyReceiptResponse(json: [:]) }
         #expect(
             throws: VerificationError(
-                .invalidPayload, "verifyReceipt.latest_receipt_info[0].purchase_date_ms must be a decimal string of milliseconds")
+                .invalidPayload, "verifyReceipt.latest_receipt_info[0].purchase_date_ms must be a whole number of milliseconds")
         ) {
             try LegacyReceiptResponse(json: [
                 "status": 0,

@@ -1,4 +1,5 @@
 import Foundation
+import LedgerTestSupport
 import Testing
 
 @testable import AppleSignedData
@@ -117,7 +118,7 @@ import Testing
                 "renewalInfo": Vectors.renewalPayload(["environment": "Production"]),
             ],
         ]
-        let notification = try NotificationPayload(json: json)
+        let notification = try NotificationPayload(json: Fixtures.members(json))
         #expect(notification.notificationType == "DID_RENEW")
         #expect(notification.subtype == nil)
         #expect(notification.appAppleId == 42)
@@ -128,7 +129,7 @@ import Testing
         var broken = json
         broken["data"] = ["environment": "Production", "bundleId": "com.example", "transaction": ["transactionId": "1"]]
         #expect(throws: VerificationError(.invalidPayload, "notification.data.transaction is missing originalTransactionId")) {
-            try NotificationPayload(json: broken)
+            try NotificationPayload(json: Fixtures.members(broken))
         }
         broken["notificationUUID"] = nil
         #expect(throws: VerificationError(.invalidPayload, "notification is missing notificationUUID")) {

@@ -1,4 +1,5 @@
 import Foundation
+import LedgerTestSupport
 import Testing
 
 @testable import AppleSignedData
@@ -43,15 +44,15 @@ import Testing
         FieldError(change: "transactionId", value: nil, message: "transaction is missing transactionId"),
         FieldError(change: "productId", value: "null", message: "transaction is missing productId"),
         FieldError(change: "purchaseDate", value: nil, message: "transaction is missing purchaseDate"),
-        FieldError(change: "expiresDate", value: "\"2025-01-01\"", message: "transaction.expiresDate must be a number of milliseconds"),
-        FieldError(change: "expiresDate", value: "true", message: "transaction.expiresDate must be a number of milliseconds"),
+        FieldError(change: "expiresDate", value: "\"2025-01-01\"", message: "transaction.expiresDate must be a whole number of milliseconds"),
+        FieldError(change: "expiresDate", value: "true", message: "transaction.expiresDate must be a whole number of milliseconds"),
         FieldError(change: "originalTransactionId", value: "1000", message: "transaction.originalTransactionId must be a string"),
         FieldError(
             change: "environment", value: "\"Staging\"",
             message: "transaction.environment \"Staging\" is not one of Production, Sandbox, Xcode, LocalTesting"),
         FieldError(change: "quantity", value: "1.5", message: "transaction.quantity must be an integer"),
         FieldError(change: "isUpgraded", value: "1", message: "transaction.isUpgraded must be true or false"),
-        FieldError(change: "signedDate", value: "1e300", message: "transaction.signedDate must be a number of milliseconds"),
+        FieldError(change: "signedDate", value: "1e300", message: "transaction.signedDate must be a whole number of milliseconds"),
     ])
     func transactionFieldErrors(_ testCase: FieldError) throws {
         var json = Vectors.transactionPayload()
@@ -60,43 +61,54 @@ import Testing
         } else {
             json[testCase.change] = nil
         }
-        #expect(throws: VerificationError(.invalidPayload, testCase.message)) { try TransactionPayload(json: json) }
+        let members = try Fixtures.members(json)
+        #expect(throws: VerificationError(.invalidPayload, testCase.message)) { try TransactionPayload(json: members) }
     }
 
-    @Test func fractionalMillisecondsAreFloored() throws {
-        let json =
-            #"{"originalTransactionId":"0","transactionId":"0","productId":"p","bundleId":"b","purchaseDate":1697679936049.7297,"#
-            + #""expiresDate":-1.5,"inAppOwnershipType":"PURCHASED","environment":"Xcode","signedDate":1697679936056.9,"url":"a\/b"}"#
-        let transaction = try TransactionPayload(jsonData: Data(json.utf8))
-        #expect(transaction.purchaseDate == 1_697_679_936_049)
-        #expect(transaction.expiresDate == -2)
-        #expect(transaction.signedDate == 1_697_679_936_056)
+    @Test(arguments: ["1697679936049.7297", "1697679936049.0", "1.697679936049e12", "-1.5"])
+    func fractionalMillisecondsAreRefusedWithOneMessage(_ time: String) throws {
+        for field in ["purchaseDate", "expiresDate", "signedDate"] {
+            var fields = [
+                "purchaseDate": "1697679936049", "expiresDate": "1700358336049", "signedDate": "1697679936056",
+            ]
+            fields[field] = time
+            let json =
+                #"{"originalTransactionId":"0","transactionId":"0","productId":"p","bundleId":"b","inAppOwnershipType":"PURCHASED","#
+                + #""environment":"Xcode","# + fields.map { "\"\($0.key)\":\($0.value)" }.joined(separator: ",") + "}"
+            #expect(throws: VerificationError(.invalidPayload, "transaction.\(field) must be a whole number of milliseconds")) {
+                try TransactionPayload(jsonData: Data(json.utf8))
+            }
+        }
     }
 
     @Test func notJSONIsInvalidPayload() {
-        #expect(throws: VerificationError(.invalidPayload, "transaction is not valid JSON")) { try TransactionPayload(jsonData: Data("{".utf8)) }
-        #expect(throws: VerificationError(.invalidPayload, "renewalInfo is not a JSON object")) { try RenewalInfoPayload(jsonData: Data("[]".utf8)) }
+        #expect(throws: VerificationError(.invalidPayload, "transaction is not a valid JSON object: unexpected end of input at byte 1")) {
+            try TransactionPayload(jsonData: Data("{".utf8))
+        }
+        #expect(throws: VerificationError(.invalidPayload, "renewalInfo is not a valid JSON object: the JSON value is an array, not an object")) {
+            try RenewalInfoPayload(jsonData: Data("[]".utf8))
+        }
+        #expect(
+            throws: VerificationError(
+                .invalidPayload, #"transaction is not a valid JSON object: duplicate key "a" at byte 7: a key may appear only once in an object"#)
+        ) {
+            try TransactionPayload(jsonData: Data(#"{"a":1,"a":2}"#.utf8))
+        }
     }
 
-    @Test func xcodeVectorsDecodeWithLocalTestingVerifier() throws {
+    @Test func xcodeVectorsVerifyButTheirFractionalMillisecondsAreRefusedWhenDecoded() throws {
+        // Xcode's StoreKit testing signs fractional milliseconds (1697679936049.7297). The
+        // identity checks pass; typed decoding refuses the fraction like any other.
         let verifier = try Vectors.verifier(environment: .xcode, bundleId: "com.example.naturelab.backyardbirds.example")
-        let transaction = try verifier.verifyTransaction(try Vectors.string("jws/xcode-signed-transaction.jws"), now: 0).get()
-        #expect(transaction.originalTransactionId == "0")
-        #expect(transaction.productId == "pass.premium")
-        #expect(transaction.purchaseDate == 1_697_679_936_049)
-        #expect(transaction.expiresDate == 1_700_358_336_049)
-        #expect(transaction.signedDate == 1_697_679_936_056)
-        #expect(transaction.environment == .xcode)
-        #expect(transaction.offerType == 1)
-        #expect(transaction.isUpgraded == false)
-        #expect(transaction.appAccountToken == nil)
-
-        let renewal = try verifier.verifyRenewalInfo(try Vectors.string("jws/xcode-signed-renewal-info.jws"), now: 0).get()
-        #expect(renewal.autoRenewProductId == "pass.premium")
-        #expect(renewal.signedDate == 1_697_679_936_711)
-        #expect(renewal.renewalDate == 1_700_358_336_049)
-        #expect(renewal.recentSubscriptionStartDate == 1_697_679_936_049)
-        #expect(renewal.gracePeriodExpiresDate == nil)
+        let jws = try Vectors.string("jws/xcode-signed-transaction.jws")
+        let verified = try verifier.verify(jws, as: .transaction, now: 0).get()
+        #expect(verified.payload["purchaseDate"] == .number(1_697_679_936_049.7297))
+        #expect(
+            verifier.verifyTransaction(jws, now: 0).failure
+                == VerificationError(.invalidPayload, "transaction.purchaseDate must be a whole number of milliseconds"))
+        #expect(
+            verifier.verifyRenewalInfo(try Vectors.string("jws/xcode-signed-renewal-info.jws"), now: 0).failure
+                == VerificationError(.invalidPayload, "renewalInfo.signedDate must be a whole number of milliseconds"))
 
         let app = try verifier.inspect(try Vectors.string("jws/xcode-signed-app-transaction.jws"), now: 0).get()
         #expect(app.kind == .appTransaction)

@@ -1,4 +1,5 @@
 import Foundation
+import LedgerTestSupport
 import Testing
 
 @testable import AppleSignedData
@@ -45,7 +46,7 @@ import Testing
         let json: [String: Any] = [
             "signedTransactions": items, "bundleId": "com.example", "environment": "Sandbox", "hasMore": true, "revision": "r1",
         ]
-        let response = try ReconciliationResponse(json: json)
+        let response = try ReconciliationResponse(json: Fixtures.members(json))
         #expect(response.kind == .transactionHistory)
         #expect(response.hasMore == true)
         #expect(response.revision == "r1")

@@ -2,6 +2,7 @@ import AppleSignedData
 import Foundation
 import LedgerCore
 import OwnershipLedger
+public import StrictJSON
 
 /// A fresh directory under the system temporary directory, removed by `remove()`.
 public struct TemporaryDirectory: Sendable {
@@ -57,7 +58,14 @@ public enum Fixtures {
     }
 
     /// The payload form of ``transaction(_:transactionId:at:days:ownership:revokedAt:environment:bundleId:)``.
-    public static func payload(_ json: [String: Any]) throws -> TransactionPayload { try TransactionPayload(json: json) }
+    public static func payload(_ json: [String: Any]) throws -> TransactionPayload {
+        try TransactionPayload(jsonData: JSONSerialization.data(withJSONObject: json))
+    }
+
+    /// A dictionary built with Foundation types, read the way the ledger reads JSON.
+    public static func members(_ dictionary: [String: Any]) throws -> JSONMembers {
+        try JSONReader().object(JSONSerialization.data(withJSONObject: dictionary))
+    }
 
     /// One protocol line.
     public static func line(_ object: [String: Any]) -> String {

@@ -23,14 +23,14 @@ import Testing
             (["type": "delete-account"], "type delete-account is not one of purchase, restore"),
         ]
         for (object, message) in refused {
-            let prepared = submit.prepare([Fixtures.line(object)], caller: alice)
+            let prepared = submit.prepare([Fixtures.line(object).utf8], caller: alice)
             #expect(prepared.groups.isEmpty)
             let answer = try #require(submit.answers(to: prepared, decided: []).first)
             #expect(answer.decision == "invalid" && answer.code == "invalid-argument")
             #expect((Fixtures.object(answer.line)["message"] as? String ?? "").hasPrefix(message), "\(answer.line)")
         }
         #expect(try ledger.store.head().sequence == head, "a refused line appended something")
-        let prepared = submit.prepare([Fixtures.line(["type": "purchase", "transaction": transaction, "at": t])], caller: alice)
+        let prepared = submit.prepare([Fixtures.line(["type": "purchase", "transaction": transaction, "at": t]).utf8], caller: alice)
         let answers = submit.answers(to: prepared, decided: ledger.submit(isolating: prepared.groups))
         #expect(answers.map(\.decision) == ["granted"])
         #expect(try ledger.binding(originalTransactionId: "600").uid == "alice")

@@ -245,7 +245,7 @@ import Testing
     }
 
     @Test(arguments: [
-        ("not json", "line is not a JSON object"),
+        ("not json", "line is not a valid JSON object"),
         (#"{"type":"purchase"}"#, "account"),
         (#"{"type":"refund","account":"a"}"#, "type refund"),
         (#"{"type":"purchase","account":"a","transaction":{"originalTransactionId":"1"}}"#, "transaction is missing"),

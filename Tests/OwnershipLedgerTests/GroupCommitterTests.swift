@@ -135,9 +135,9 @@ import Testing
         let (ledger, directory) = try Fixtures.ledger()
         defer { directory.remove() }
         let notification = try NotificationPayload(
-            json: Fixtures.notification("DID_RENEW", uuid: "n-1", transaction: Fixtures.transaction("7", at: t), at: t))
+            json: Fixtures.members(Fixtures.notification("DID_RENEW", uuid: "n-1", transaction: Fixtures.transaction("7", at: t), at: t)))
         let conflicting = try NotificationPayload(
-            json: Fixtures.notification("REFUND", uuid: "n-1", transaction: Fixtures.transaction("7", at: t), at: t))
+            json: Fixtures.members(Fixtures.notification("REFUND", uuid: "n-1", transaction: Fixtures.transaction("7", at: t), at: t)))
         _ = try ledger.submit(.notification(notification, .trustedDecoded), at: t)
         let head = try ledger.store.head().sequence
         let gate = Gate()

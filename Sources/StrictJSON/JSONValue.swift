@@ -1,0 +1,121 @@
+/// A JSON value as ``JSONReader`` reads it and ``JSONWriter`` renders it.
+///
+/// Numbers keep the distinction that matters to the ledger: a number written as a plain integer
+/// (no fraction, no exponent) that fits in `Int64` is ``integer(_:)``, exactly; every other number
+/// is ``number(_:)``, the nearest `Double`.
+public enum JSONValue: Sendable, Equatable {
+    case null
+    case bool(Bool)
+    /// A number written without fraction or exponent, within `Int64`: exact.
+    case integer(Int64)
+    /// Any other number: with a fraction or an exponent, or an integer beyond `Int64`.
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object(JSONMembers)
+
+    /// The string, when this is one.
+    public var string: String? {
+        if case .string(let value) = self { return value }
+        return nil
+    }
+
+    /// The members, when this is an object.
+    public var members: JSONMembers? {
+        if case .object(let value) = self { return value }
+        return nil
+    }
+
+    /// The elements, when this is an array.
+    public var elements: [JSONValue]? {
+        if case .array(let value) = self { return value }
+        return nil
+    }
+
+    /// What kind of value this is, for error messages: "a string", "an object", ...
+    public var kind: String {
+        switch self {
+        case .null: "null"
+        case .bool: "a boolean"
+        case .integer, .number: "a number"
+        case .string: "a string"
+        case .array: "an array"
+        case .object: "an object"
+        }
+    }
+}
+
+extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral,
+    ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral, ExpressibleByNilLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .integer(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+    public init(dictionaryLiteral elements: (String, JSONValue)...) { self = .object(JSONMembers(elements)) }
+    public init(nilLiteral: ()) { self = .null }
+}
+
+/// The members of a JSON object in the order they were read or added. Keys are unique and are
+/// compared as UTF-8 bytes, never with `String` equality (which treats canonically equivalent
+/// spellings, e.g. `K` and KELVIN SIGN, as one key).
+public struct JSONMembers: Sendable, Equatable, ExpressibleByDictionaryLiteral {
+    /// Every member, in order.
+    public private(set) var pairs: [(key: String, value: JSONValue)]
+
+    public init() { pairs = [] }
+
+    /// The members of `pairs`; a later pair replaces an earlier one with the same key.
+    public init(_ pairs: [(String, JSONValue)]) {
+        self.pairs = []
+        self.pairs.reserveCapacity(pairs.count)
+        for (key, value) in pairs { self[key] = value }
+    }
+
+    public init(dictionaryLiteral elements: (String, JSONValue)...) { self.init(elements) }
+
+    /// Members already known to have distinct keys (the reader checked them).
+    init(unique pairs: [(key: String, value: JSONValue)]) { self.pairs = pairs }
+
+    public var count: Int { pairs.count }
+    public var isEmpty: Bool { pairs.isEmpty }
+    public var keys: [String] { pairs.map(\.key) }
+
+    /// The value of `key` (compared byte for byte); setting nil removes the member.
+    public subscript(key: String) -> JSONValue? {
+        get {
+            for pair in pairs where JSONBytes.equal(pair.key, key) { return pair.value }
+            return nil
+        }
+        set {
+            let index = pairs.firstIndex { JSONBytes.equal($0.key, key) }
+            switch (index, newValue) {
+            case (let index?, let value?): pairs[index].value = value
+            case (let index?, nil): pairs.remove(at: index)
+            case (nil, let value?): pairs.append((key, value))
+            case (nil, nil): break
+            }
+        }
+    }
+
+    /// True when both objects have the same keys with equal values, in any order.
+    public static func == (lhs: JSONMembers, rhs: JSONMembers) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        return lhs.pairs.allSatisfy { pair in rhs[pair.key] == pair.value }
+    }
+}
+
+/// Byte-level comparisons of strings as UTF-8.
+public enum JSONBytes {
+    /// True when `a` and `b` are the same UTF-8 bytes.
+    public static func equal(_ a: String, _ b: String) -> Bool {
+        let fast = a.utf8.withContiguousStorageIfAvailable { left in
+            b.utf8.withContiguousStorageIfAvailable { right in left.elementsEqual(right) }
+        }
+        if let fast, let result = fast { return result }
+        return a.utf8.elementsEqual(b.utf8)
+    }
+
+    /// UTF-8 byte order (which is also Unicode code point order).
+    public static func less(_ a: String, _ b: String) -> Bool { a.utf8.lexicographicallyPrecedes(b.utf8) }
+}
