@@ -36,7 +36,7 @@ let package = Package(
         .testTarget(
             name: "AppleSignedDataTests", dependencies: ["AppleSignedData", "LedgerTestSupport"],
             resources: [.copy("Vectors")]),
-        .testTarget(name: "LedgerCryptoTests", dependencies: ["LedgerCrypto", "LedgerTestSupport"]),
+        .testTarget(name: "LedgerCryptoTests", dependencies: ["LedgerCrypto", "LedgerTestSupport", "COpenSSL"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "LedgerTestSupport"], exclude: ["TLS"]),
         .testTarget(name: "OwnershipLedgerTests", dependencies: ["OwnershipLedger", "LedgerTestSupport"]),
     ]

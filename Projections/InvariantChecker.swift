@@ -34,15 +34,17 @@ public struct InvariantViolation: Equatable, Sendable, CustomStringConvertible {
 /// carry a valid Ed25519 signature by the staff member it names (the store passes libcrypto's; the
 /// checker itself stays pure).
 public struct InvariantChecker: Sendable {
-    /// The cryptography invariant 5 needs, supplied by the caller.
+    /// The cryptography invariant 5 needs, supplied by the caller. Each throws when the check cannot be
+    /// made (the cryptographic library failed), which is not a violation: the checker passes the error on.
     public struct SignatureChecks: Sendable {
         /// True when `signature` is a valid Ed25519 signature of `message` under the raw `publicKey`.
-        public var verify: @Sendable (_ publicKey: [UInt8], _ message: [UInt8], _ signature: [UInt8]) -> Bool
+        public var verify: @Sendable (_ publicKey: [UInt8], _ message: [UInt8], _ signature: [UInt8]) throws -> Bool
         /// SHA-256.
-        public var sha256: @Sendable ([UInt8]) -> [UInt8]
+        public var sha256: @Sendable ([UInt8]) throws -> [UInt8]
 
         public init(
-            verify: @escaping @Sendable ([UInt8], [UInt8], [UInt8]) -> Bool, sha256: @escaping @Sendable ([UInt8]) -> [UInt8]
+            verify: @escaping @Sendable ([UInt8], [UInt8], [UInt8]) throws -> Bool,
+            sha256: @escaping @Sendable ([UInt8]) throws -> [UInt8]
         ) {
             self.verify = verify
             self.sha256 = sha256
@@ -63,15 +65,16 @@ public struct InvariantChecker: Sendable {
     /// A checker; without `signatures` it checks roles and plans but not signatures.
     public init(signatures: SignatureChecks? = nil) { self.signatures = signatures }
 
-    /// Checks every record of `records` in order.
-    public static func check(_ records: some Sequence<Record>, signatures: SignatureChecks? = nil) -> [InvariantViolation] {
+    /// Checks every record of `records` in order; throws only what `signatures` throws.
+    public static func check(_ records: some Sequence<Record>, signatures: SignatureChecks? = nil) throws -> [InvariantViolation] {
         var checker = InvariantChecker(signatures: signatures)
-        for record in records { checker.check(record) }
+        for record in records { try checker.check(record) }
         return checker.violations
     }
 
-    /// Checks one record against the state so far, then applies it.
-    public mutating func check(_ record: Record) {
+    /// Checks one record against the state so far, then applies it; throws only what the signature checks
+    /// throw (the record is then not applied).
+    public mutating func check(_ record: Record) throws {
         let seq = record.sequence
         func violated(_ invariant: Int, _ message: String) {
             violations.append(InvariantViolation(invariant: invariant, sequence: seq, message: message))
@@ -86,7 +89,7 @@ public struct InvariantChecker: Sendable {
         case .staffEnrolled(let e):
             cause = event
             if let admin = e.enrolledBy {
-                if state.staff[admin]?.roles.contains(.administrator) != true
+                if try state.staff[admin]?.roles.contains(.administrator) != true
                     || !signed(by: admin, message: e.signedMessage, signature: e.signature)
                 {
                     violated(5, "staff \(e.staff) enrolled without a valid signature of an enrolled administrator (\(admin))")
@@ -96,7 +99,7 @@ public struct InvariantChecker: Sendable {
             }
         case .staffRemoved(let e):
             cause = event
-            if state.staff[e.removedBy]?.roles.contains(.administrator) != true
+            if try state.staff[e.removedBy]?.roles.contains(.administrator) != true
                 || !signed(by: e.removedBy, message: e.signedMessage, signature: e.signature)
             {
                 violated(5, "staff \(e.staff) removed without a valid signature of an enrolled administrator (\(e.removedBy))")
@@ -105,8 +108,8 @@ public struct InvariantChecker: Sendable {
             cause = event
         case .transferRequested(let e):
             cause = event
-            if let member = state.staff[e.requestedBy], member.roles.contains(.operator_), planDigestMatches(e),
-                signed(by: e.requestedBy, message: e.planDigest.bytes, signature: e.signature)
+            if let member = state.staff[e.requestedBy], member.roles.contains(.operator_), try planDigestMatches(e),
+                try signed(by: e.requestedBy, message: e.planDigest.bytes, signature: e.signature)
             {
                 authorisedRequests.insert(e.plan.caseId)
             }
@@ -114,7 +117,7 @@ public struct InvariantChecker: Sendable {
             cause = event
             if let request = state.transfers[e.caseId]?.request, let member = state.staff[e.approvedBy],
                 member.roles.contains(.approver), e.approvedBy != request.requestedBy, e.planDigest == request.planDigest,
-                signed(by: e.approvedBy, message: e.planDigest.bytes, signature: e.signature)
+                try signed(by: e.approvedBy, message: e.planDigest.bytes, signature: e.signature)
             {
                 authorisedApprovals.insert(e.caseId)
             }
@@ -202,15 +205,15 @@ public struct InvariantChecker: Sendable {
     }
 
     /// True when `staff`'s enrolled key signed `message` (always true without signature checks).
-    private func signed(by staff: StaffID, message: [UInt8], signature: [UInt8]) -> Bool {
+    private func signed(by staff: StaffID, message: [UInt8], signature: [UInt8]) throws -> Bool {
         guard let signatures else { return true }
         guard let key = state.staff[staff]?.publicKey else { return false }
-        return signatures.verify(key, message, signature)
+        return try signatures.verify(key, message, signature)
     }
 
-    private func planDigestMatches(_ request: TransferRequested) -> Bool {
+    private func planDigestMatches(_ request: TransferRequested) throws -> Bool {
         guard let signatures else { return true }
-        return signatures.sha256(request.plan.canonicalBytes) == request.planDigest.bytes
+        return try signatures.sha256(request.plan.canonicalBytes) == request.planDigest.bytes
     }
 
     /// True when the current cause is a purchase, renewal or restore of `lineage` submitted by `account`.

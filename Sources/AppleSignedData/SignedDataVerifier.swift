@@ -205,7 +205,7 @@ public struct SignedDataVerifier: Sendable {
 
             // 5. ES256 signature with the leaf key.
             try Self.verifySignature(signature, input: Array(segments[0].utf8) + [UInt8(ascii: ".")] + Array(segments[1].utf8), leaf: leaf)
-            verified.leafSubject = leaf.subject
+            verified.leafSubject = try leaf.subject()
             verified.validatedAt = time
         }
 
@@ -252,32 +252,29 @@ public struct SignedDataVerifier: Sendable {
         for der in configuration.rootCertificates {
             if let root = X509Certificate(der: der) { roots.append(root) }
         }
-        guard let validator = ChainValidator(roots: roots) else {
-            throw VerificationError(.invalidChain, "could not allocate an OpenSSL certificate store")
-        }
-        let length = try validator.validate(leaf: leaf, intermediate: intermediate, time: time).get()
+        let length = try ChainValidator(roots: roots).validate(leaf: leaf, intermediate: intermediate, time: time)
         guard length == 3 else {
             throw VerificationError(.invalidChain, "validated chain has \(length) certificates; exactly 3 (leaf, intermediate, root) are required")
         }
-        guard leaf.hasExtension(oid: Self.leafOID) else {
+        guard try leaf.hasExtension(oid: Self.leafOID) else {
             throw VerificationError(.invalidChain, "leaf certificate lacks the App Store receipt-signing extension OID \(Self.leafOID)")
         }
-        guard intermediate.hasExtension(oid: Self.intermediateOID) else {
+        guard try intermediate.hasExtension(oid: Self.intermediateOID) else {
             throw VerificationError(.invalidChain, "intermediate certificate lacks the Apple WWDR extension OID \(Self.intermediateOID)")
         }
     }
 
     static func verifySignature(_ signature: [UInt8], input: [UInt8], leaf: X509Certificate) throws(VerificationError) {
-        guard signature.count == 64 else {
-            throw VerificationError(.verificationFailed, "ES256 signature is \(signature.count) bytes; 64 (R‖S) are required")
+        let der = try ECDSASignature(raw: signature).der()
+        let key: PublicKey
+        switch leaf.publicKey() {
+        case .success(let decoded): key = decoded
+        case .failure(let error): throw VerificationError(.verificationFailed, "leaf public key cannot be decoded: \(error.detail)")
         }
-        guard let key = leaf.publicKey(), key.isP256 else {
+        guard key.isP256 else {
             throw VerificationError(.verificationFailed, "leaf public key is not an EC P-256 key")
         }
-        guard let der = ECDSASignature(raw: signature)?.der else {
-            throw VerificationError(.verificationFailed, "ES256 signature could not be converted to DER")
-        }
-        guard key.verifySHA256(derSignature: der, message: input) else {
+        guard try key.verifySHA256(derSignature: der, message: input) else {
             throw VerificationError(.verificationFailed, "ES256 signature does not verify with the leaf certificate's key")
         }
     }

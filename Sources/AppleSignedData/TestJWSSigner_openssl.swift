@@ -36,8 +36,8 @@ public enum TestJWSSigner {
         guard EVP_DigestSign(context, nil, &length, message, message.count) == 1 else { throw CryptoError("EVP_DigestSign (size)") }
         var der = [UInt8](repeating: 0, count: length)
         guard EVP_DigestSign(context, &der, &length, message, message.count) == 1 else { throw CryptoError("EVP_DigestSign") }
-        guard let raw = ECDSASignature(der: Array(der.prefix(length)))?.raw else { throw CryptoError("ECDSA signature conversion") }
-        return raw
+        guard let signature = ECDSASignature(der: Array(der.prefix(length))) else { throw CryptoError("d2i_ECDSA_SIG") }
+        return try signature.raw()
     }
 
     /// Base64url without padding, as used in JWS segments.
@@ -52,7 +52,7 @@ final class PrivateKey {
         let bytes = Array(pem.utf8)
         // BIO_new_mem_buf does not copy, so the buffer must outlive the read.
         let key: OpaquePointer? = bytes.withUnsafeBufferPointer { buffer in
-            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(clamping: buffer.count)) else { return nil }
+            guard let length = Int32(exactly: buffer.count), let bio = BIO_new_mem_buf(buffer.baseAddress, length) else { return nil }
             defer { BIO_free(bio) }
             return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
         }

@@ -21,6 +21,9 @@ public struct VerificationError: Error, Equatable, Sendable, CustomStringConvert
         case familySharingUnsupported = "family-sharing-unsupported"
         /// The verifier configuration itself is unusable (no roots, Production without appAppleId, ...).
         case invalidConfiguration = "invalid-configuration"
+        /// libcrypto failed while verifying (out of memory, no usable provider): says nothing about the data;
+        /// retry. The message names the failing call.
+        case cryptoFailure = "crypto-failure"
     }
 
     public var code: Code

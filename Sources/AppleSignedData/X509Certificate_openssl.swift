@@ -2,13 +2,24 @@ import COpenSSL
 import Foundation
 import LedgerCrypto
 
+// Every libcrypto return code below is checked. What the input decides (not a certificate, a signature
+// that does not verify) is a value; a failure of libcrypto itself (out of memory, no provider) is a
+// thrown `VerificationError` with code `.cryptoFailure` naming the call, never a verdict on the data.
+
+extension VerificationError {
+    /// libcrypto failed in `operation`, with OpenSSL's queued reasons.
+    static func cryptoFailure(_ operation: String) -> VerificationError {
+        VerificationError(.cryptoFailure, "\(CryptoError(operation))")
+    }
+}
+
 /// Owns one OpenSSL `X509*`, freed in `deinit`.
 final class X509Certificate {
     let pointer: OpaquePointer
 
     /// Parses DER; nil when the bytes are not exactly one DER certificate.
     init?(der: [UInt8]) {
-        guard !der.isEmpty, der.count < Int(Int32.max) else { return nil }
+        guard !der.isEmpty else { return nil }
         var parsed: OpaquePointer?
         var consumed = 0
         der.withUnsafeBufferPointer { buffer in
@@ -16,7 +27,7 @@ final class X509Certificate {
             parsed = d2i_X509(nil, &cursor, buffer.count)
             if let cursor, let base = buffer.baseAddress { consumed = cursor - base }
         }
-        _ = CryptoError("d2i_X509")  // drain the error queue whatever happened
+        ERR_clear_error()  // the reason a parse failed is not reported: the caller says which entry it was
         guard let parsed else { return nil }
         guard consumed == der.count else {  // trailing bytes: not exactly one certificate
             X509_free(parsed)
@@ -28,24 +39,24 @@ final class X509Certificate {
     deinit { X509_free(pointer) }
 
     /// True when the certificate carries an extension with this dotted OID (value not inspected).
-    func hasExtension(oid: String) -> Bool {
-        guard let object = OBJ_txt2obj(oid, 1) else { return false }
+    func hasExtension(oid: String) throws(VerificationError) -> Bool {
+        guard let object = OBJ_txt2obj(oid, 1) else { throw .cryptoFailure("OBJ_txt2obj(\(oid))") }
         defer { ASN1_OBJECT_free(object) }
         return X509_get_ext_by_OBJ(pointer, object, -1) >= 0
     }
 
-    /// Subject in OpenSSL's one-line form, e.g. `/C=US/O=Leaf`.
-    var subject: String {
-        guard let name = X509_get_subject_name(pointer) else { return "" }
+    /// Subject in OpenSSL's one-line form, e.g. `/C=US/O=Leaf` (at most 511 bytes).
+    func subject() throws(VerificationError) -> String {
+        guard let name = X509_get_subject_name(pointer) else { throw .cryptoFailure("X509_get_subject_name") }
         var buffer = [CChar](repeating: 0, count: 512)
-        _ = X509_NAME_oneline(name, &buffer, Int32(buffer.count))
+        guard X509_NAME_oneline(name, &buffer, Int32(buffer.count)) != nil else { throw .cryptoFailure("X509_NAME_oneline") }
         return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    /// The public key (owned by the returned object).
-    func publicKey() -> PublicKey? {
-        guard let key = X509_get_pubkey(pointer) else { return nil }
-        return PublicKey(key)
+    /// The public key (owned by the returned object); nil with OpenSSL's reason when it cannot be decoded.
+    func publicKey() -> Result<PublicKey, CryptoError> {
+        guard let key = X509_get_pubkey(pointer) else { return .failure(CryptoError("X509_get_pubkey")) }
+        return .success(PublicKey(key))
     }
 }
 
@@ -55,30 +66,34 @@ final class PublicKey {
     init(_ pointer: OpaquePointer) { self.pointer = pointer }
     deinit { EVP_PKEY_free(pointer) }
 
-    /// True for an EC key on P-256 (prime256v1).
+    /// True for an EC key on the named curve P-256 (prime256v1); false for any other key, including an EC key
+    /// with explicit curve parameters (which has no group name).
     var isP256: Bool {
         guard EVP_PKEY_get_base_id(pointer) == EVP_PKEY_EC else { return false }
         var name = [CChar](repeating: 0, count: 64)
         var length = 0
         guard EVP_PKEY_get_group_name(pointer, &name, name.count, &length) == 1 else {
-            _ = CryptoError("EVP_PKEY_get_group_name")
+            ERR_clear_error()
             return false
         }
         let group = String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         return group == "prime256v1" || group == "P-256"
     }
 
-    /// Verifies a DER ECDSA signature over SHA-256(`message`).
-    func verifySHA256(derSignature: [UInt8], message: [UInt8]) -> Bool {
-        guard let context = EVP_MD_CTX_new() else { return false }
+    /// Whether the DER ECDSA signature over SHA-256(`message`) verifies with this key.
+    func verifySHA256(derSignature: [UInt8], message: [UInt8]) throws(VerificationError) -> Bool {
+        guard let context = EVP_MD_CTX_new() else { throw .cryptoFailure("EVP_MD_CTX_new") }
         defer { EVP_MD_CTX_free(context) }
         guard EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, pointer) == 1 else {
-            _ = CryptoError("EVP_DigestVerifyInit")
-            return false
+            throw .cryptoFailure("EVP_DigestVerifyInit(ES256)")
         }
-        let result = EVP_DigestVerify(context, derSignature, derSignature.count, message, message.count)
-        _ = CryptoError("EVP_DigestVerify")
-        return result == 1
+        switch EVP_DigestVerify(context, derSignature, derSignature.count, message, message.count) {
+        case 1: return true
+        case 0:
+            ERR_clear_error()  // a signature that does not verify queues its reason
+            return false
+        default: throw .cryptoFailure("EVP_DigestVerify(ES256)")
+        }
     }
 }
 
@@ -86,52 +101,66 @@ final class PublicKey {
 final class ECDSASignature {
     let pointer: OpaquePointer
 
-    /// From the 64-byte JOSE form (32-byte big-endian R then S).
-    init?(raw: [UInt8]) {
-        guard raw.count == 64 else { return nil }
-        let r = BN_bin2bn(raw, 32, nil)
-        let s = Array(raw[32...]).withUnsafeBufferPointer { BN_bin2bn($0.baseAddress, 32, nil) }
+    /// From the 64-byte JOSE form (32-byte big-endian R then S); throws when `raw` is not 64 bytes
+    /// (`.verificationFailed`) or libcrypto fails.
+    init(raw: [UInt8]) throws(VerificationError) {
+        guard raw.count == 64 else {
+            throw VerificationError(.verificationFailed, "ES256 signature is \(raw.count) bytes; 64 (R‖S) are required")
+        }
+        let r = raw.withUnsafeBufferPointer { BN_bin2bn($0.baseAddress, 32, nil) }
+        let s = raw.withUnsafeBufferPointer { BN_bin2bn($0.baseAddress.map { $0 + 32 }, 32, nil) }
         guard let r, let s, let signature = ECDSA_SIG_new() else {
-            if let r { BN_free(r) }
-            if let s { BN_free(s) }
-            return nil
+            BN_free(r)
+            BN_free(s)
+            throw .cryptoFailure("BN_bin2bn / ECDSA_SIG_new")
+        }
+        guard ECDSA_SIG_set0(signature, r, s) == 1 else {  // on success it owns r and s
+            BN_free(r)
+            BN_free(s)
+            ECDSA_SIG_free(signature)
+            throw .cryptoFailure("ECDSA_SIG_set0")
         }
         pointer = signature
-        ECDSA_SIG_set0(signature, r, s)  // takes ownership of r and s
     }
 
-    /// From DER (what `EVP_DigestSign` produces).
+    /// From DER (what `EVP_DigestSign` produces); nil when the bytes are not one DER ECDSA signature.
     init?(der: [UInt8]) {
         var parsed: OpaquePointer?
         der.withUnsafeBufferPointer { buffer in
             var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
             parsed = d2i_ECDSA_SIG(nil, &cursor, buffer.count)
         }
-        guard let parsed else { return nil }
+        guard let parsed else {
+            ERR_clear_error()
+            return nil
+        }
         pointer = parsed
     }
 
     deinit { ECDSA_SIG_free(pointer) }
 
-    var der: [UInt8]? {
+    /// The DER encoding.
+    func der() throws(VerificationError) -> [UInt8] {
         let length = i2d_ECDSA_SIG(pointer, nil)
-        guard length > 0 else { return nil }
+        guard length > 0 else { throw .cryptoFailure("i2d_ECDSA_SIG") }
         var out = [UInt8](repeating: 0, count: Int(length))
         let written = out.withUnsafeMutableBufferPointer { buffer -> Int32 in
             var cursor: UnsafeMutablePointer<UInt8>? = buffer.baseAddress
             return i2d_ECDSA_SIG(pointer, &cursor)
         }
-        return written == length ? out : nil
+        guard written == length else { throw .cryptoFailure("i2d_ECDSA_SIG") }
+        return out
     }
 
-    /// The 64-byte JOSE form.
-    var raw: [UInt8]? {
-        guard let r = ECDSA_SIG_get0_r(pointer), let s = ECDSA_SIG_get0_s(pointer) else { return nil }
+    /// The 64-byte JOSE form; throws when R or S does not fit 32 bytes.
+    func raw() throws(VerificationError) -> [UInt8] {
+        guard let r = ECDSA_SIG_get0_r(pointer), let s = ECDSA_SIG_get0_s(pointer) else { throw .cryptoFailure("ECDSA_SIG_get0") }
         var out = [UInt8](repeating: 0, count: 64)
-        let ok = out.withUnsafeMutableBufferPointer { buffer -> Bool in
+        let written = out.withUnsafeMutableBufferPointer { buffer -> Bool in
             guard let base = buffer.baseAddress else { return false }
             return BN_bn2binpad(r, base, 32) == 32 && BN_bn2binpad(s, base + 32, 32) == 32
         }
-        return ok ? out : nil
+        guard written else { throw .cryptoFailure("BN_bn2binpad") }
+        return out
     }
 }

@@ -4,52 +4,47 @@ import LedgerCrypto
 
 /// Path validation of leaf + one untrusted intermediate against a set of trusted roots.
 ///
-/// Owns the `X509_STORE`, `X509_STORE_CTX` and untrusted stack it creates.
+/// Owns the `X509_STORE` it creates; `validate` owns (and frees, whatever happens) its context and stack.
 final class ChainValidator {
     private let store: OpaquePointer
     private let roots: [X509Certificate]
 
-    init?(roots: [X509Certificate]) {
-        guard let store = X509_STORE_new() else { return nil }
+    init(roots: [X509Certificate]) throws(VerificationError) {
+        guard let store = X509_STORE_new() else { throw .cryptoFailure("X509_STORE_new") }
         self.store = store
         self.roots = roots
+        // OpenSSL 3 accepts a root added twice, so any failure here is libcrypto's.
         for root in roots where X509_STORE_add_cert(store, root.pointer) != 1 {
-            _ = CryptoError("X509_STORE_add_cert")  // duplicates are harmless; drain the queue
+            throw .cryptoFailure("X509_STORE_add_cert")
         }
     }
 
     deinit { X509_STORE_free(store) }
 
-    /// Validates `leaf` ← `intermediate` ← configured root at `time` (Unix seconds).
-    /// Returns the length of the built chain, or the OpenSSL reason on failure.
-    func validate(leaf: X509Certificate, intermediate: X509Certificate, time: Int64) -> Result<Int, VerificationError> {
-        guard let context = X509_STORE_CTX_new(), let untrusted = OPENSSL_sk_new_null() else {
-            return .failure(VerificationError(.invalidChain, "could not allocate an OpenSSL verification context"))
-        }
-        defer {
-            X509_STORE_CTX_free(context)
-            OPENSSL_sk_free(untrusted)  // elements are owned by `intermediate`
-        }
-        guard OPENSSL_sk_push(untrusted, UnsafeRawPointer(intermediate.pointer)) > 0,
-            X509_STORE_CTX_init(context, store, leaf.pointer, untrusted) == 1,
-            let parameters = X509_STORE_CTX_get0_param(context)
-        else {
-            return .failure(VerificationError(.invalidChain, "could not set up chain validation: \(CryptoError("X509_STORE_CTX_init"))"))
-        }
+    /// Validates `leaf` ← `intermediate` ← configured root at `time` (Unix seconds) and returns the length
+    /// of the built chain; throws `.invalidChain` with OpenSSL's reason when the chain does not validate.
+    func validate(leaf: X509Certificate, intermediate: X509Certificate, time: Int64) throws(VerificationError) -> Int {
+        guard let context = X509_STORE_CTX_new() else { throw .cryptoFailure("X509_STORE_CTX_new") }
+        defer { X509_STORE_CTX_free(context) }
+        guard let untrusted = OPENSSL_sk_new_null() else { throw .cryptoFailure("OPENSSL_sk_new_null") }
+        defer { OPENSSL_sk_free(untrusted) }  // elements are owned by `intermediate`
+        guard OPENSSL_sk_push(untrusted, UnsafeRawPointer(intermediate.pointer)) > 0 else { throw .cryptoFailure("OPENSSL_sk_push") }
+        guard X509_STORE_CTX_init(context, store, leaf.pointer, untrusted) == 1 else { throw .cryptoFailure("X509_STORE_CTX_init") }
+        guard let parameters = X509_STORE_CTX_get0_param(context) else { throw .cryptoFailure("X509_STORE_CTX_get0_param") }
         X509_VERIFY_PARAM_set_time(parameters, time_t(time))
         let verified = X509_verify_cert(context)
-        _ = CryptoError("X509_verify_cert")
+        let code = X509_STORE_CTX_get_error(context)
+        let reason = X509_verify_cert_error_string(Int(code)).map { String(cString: $0) } ?? "error \(code)"
+        // 0: the chain does not validate (the context says why); negative: libcrypto could not do the work.
+        guard verified >= 0 else { throw .cryptoFailure("X509_verify_cert (\(reason))") }
+        ERR_clear_error()
         guard verified == 1 else {
-            let code = X509_STORE_CTX_get_error(context)
             let depth = X509_STORE_CTX_get_error_depth(context)
-            let reason = X509_verify_cert_error_string(Int(code)).map { String(cString: $0) } ?? "error \(code)"
             let names = ["leaf", "intermediate", "root"]
             let position = names.indices.contains(Int(depth)) ? names[Int(depth)] : "depth \(depth)"
-            return .failure(VerificationError(.invalidChain, "certificate chain did not validate at \(time): \(reason) (at the \(position))"))
+            throw VerificationError(.invalidChain, "certificate chain did not validate at \(time): \(reason) (at the \(position))")
         }
-        guard let chain = X509_STORE_CTX_get0_chain(context) else {
-            return .failure(VerificationError(.invalidChain, "OpenSSL returned no chain"))
-        }
-        return .success(Int(OPENSSL_sk_num(chain)))
+        guard let chain = X509_STORE_CTX_get0_chain(context) else { throw .cryptoFailure("X509_STORE_CTX_get0_chain") }
+        return Int(OPENSSL_sk_num(chain))
     }
 }

@@ -73,7 +73,7 @@ public struct Checkpoint: Equatable, Sendable {
         }
         let text = body
         let signature = try key.sign(Array(text.utf8))
-        let blob = key.publicKey.keyHash(name: keyName) + signature
+        let blob = try key.publicKey.keyHash(name: keyName) + signature
         return text + "\n" + "\u{2014} \(keyName) \(Data(blob).base64EncodedString())\n"
     }
 
@@ -89,15 +89,16 @@ public struct Checkpoint: Equatable, Sendable {
 
     /// Parses `text` and checks it carries a valid Ed25519 signature by `publicKey` under `keyName` (signature lines
     /// by other keys are ignored). Returns the checkpoint; throws ``CheckpointError`` when the text is malformed,
-    /// has no signature line with that key name and key hash, or the signature does not verify.
+    /// has no signature line with that key name and key hash, or the signature does not verify; ``CryptoError``
+    /// when libcrypto fails.
     public static func verify(_ text: String, publicKey: Ed25519PublicKey, keyName: String) throws -> Checkpoint {
         let parsed = try parseNote(Array(text.utf8))
-        let keyHash = publicKey.keyHash(name: keyName)
+        let keyHash = try publicKey.keyHash(name: keyName)
         let candidates = parsed.signatures.filter { $0.keyName == keyName && $0.keyHash == keyHash }
         guard !candidates.isEmpty else {
             throw CheckpointError("no signature by key \(keyName) with hash \(lowercaseHex(keyHash))")
         }
-        for candidate in candidates where publicKey.isValidSignature(candidate.signature, for: parsed.body) {
+        for candidate in candidates where try publicKey.isValidSignature(candidate.signature, for: parsed.body) {
             return parsed.checkpoint
         }
         throw CheckpointError("signature does not verify")

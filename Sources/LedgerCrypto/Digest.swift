@@ -7,9 +7,17 @@ public struct CryptoError: Error, CustomStringConvertible, Sendable {
     public let operation: String
     public let detail: String
 
+    /// The failure of `operation`, with the reasons OpenSSL queued on this thread (the queue is emptied).
     public init(_ operation: String) {
         self.operation = operation
         self.detail = CryptoError.drainErrorQueue()
+    }
+
+    /// The failure of `operation` for a reason found before calling libcrypto; clears the error queue.
+    public init(_ operation: String, detail: String) {
+        self.operation = operation
+        _ = CryptoError.drainErrorQueue()
+        self.detail = detail
     }
 
     public var description: String { detail.isEmpty ? "\(operation) failed" : "\(operation) failed: \(detail)" }
@@ -33,39 +41,97 @@ func check(_ result: Int32, _ operation: @autoclosure () -> String) throws {
     guard result == 1 else { throw CryptoError(operation()) }
 }
 
-/// SHA-256, HMAC-SHA256 and random bytes from libcrypto.
+/// A length as the `int` a libcrypto call takes; a ``CryptoError`` (never a trap) above `Int32.max`.
+@inline(__always)
+func int32Length(_ count: Int, _ operation: @autoclosure () -> String) throws -> Int32 {
+    guard let length = Int32(exactly: count) else {
+        throw CryptoError(operation(), detail: "\(count) bytes is more than it accepts (\(Int32.max))")
+    }
+    return length
+}
+
+/// SHA-256, HMAC-SHA256 and random bytes from libcrypto. Every libcrypto return code is checked: a
+/// failure (out of memory, no usable SHA-256 provider) is a thrown ``CryptoError``, never a zero digest.
 public enum Digest {
     /// SHA-256 of the concatenation of `parts`.
-    public static func sha256(_ parts: [UInt8]...) -> [UInt8] { sha256(parts: parts) }
+    public static func sha256(_ parts: [UInt8]...) throws -> [UInt8] { try sha256(parts: parts) }
 
     /// SHA-256 of the concatenation of `parts`.
-    public static func sha256(parts: [[UInt8]]) -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: 32)
-        guard let context = EVP_MD_CTX_new() else { return out }
-        defer { EVP_MD_CTX_free(context) }
-        EVP_DigestInit_ex(context, EVP_sha256(), nil)
-        for part in parts { part.withUnsafeBytes { _ = EVP_DigestUpdate(context, $0.baseAddress, $0.count) } }
-        var length: UInt32 = 32
-        EVP_DigestFinal_ex(context, &out, &length)
-        return out
+    public static func sha256(parts: [[UInt8]]) throws -> [UInt8] {
+        let hasher = try SHA256Hasher()
+        try hasher.begin()
+        for part in parts { try hasher.update(part) }
+        return try hasher.finish()
     }
 
-    /// HMAC-SHA256 of `message` under `key`.
-    public static func hmacSHA256(key: [UInt8], message: [UInt8]) -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: 32)
-        var length: UInt32 = 32
-        key.withUnsafeBytes { k in
-            message.withUnsafeBytes { m in
-                _ = HMAC(EVP_sha256(), k.baseAddress, Int32(k.count), m.baseAddress, m.count, &out, &length)
-            }
+    /// HMAC-SHA256 (RFC 2104) of `message` under `key`, computed on the same fetched SHA-256 as
+    /// ``sha256(_:)``: four times faster than libcrypto's one-shot `HMAC()`, which looks its algorithms
+    /// up on every call. Checked against RFC 4231 and against `HMAC()` in the tests.
+    public static func hmacSHA256(key: [UInt8], message: [UInt8]) throws -> [UInt8] {
+        let hasher = try SHA256Hasher()
+        var block = [UInt8](repeating: 0, count: SHA256Hasher.blockSize)
+        if key.count > block.count {
+            try hasher.begin()
+            try hasher.update(key)
+            block.replaceSubrange(0..<32, with: try hasher.finish())
+        } else {
+            block.replaceSubrange(0..<key.count, with: key)
         }
-        return out
+        for index in block.indices { block[index] ^= 0x36 }
+        try hasher.begin()
+        try hasher.update(block)
+        try hasher.update(message)
+        let inner = try hasher.finish()
+        for index in block.indices { block[index] ^= 0x36 ^ 0x5c }
+        try hasher.begin()
+        try hasher.update(block)
+        try hasher.update(inner)
+        return try hasher.finish()
     }
 
     /// Cryptographically secure random bytes.
     public static func randomBytes(_ count: Int) throws -> [UInt8] {
+        let length = try int32Length(count, "RAND_bytes")
         var out = [UInt8](repeating: 0, count: count)
-        try check(RAND_bytes(&out, Int32(count)), "RAND_bytes")
+        try check(RAND_bytes(&out, length), "RAND_bytes")
+        return out
+    }
+}
+
+/// SHA-256 as fetched from libcrypto's providers once per process: an implicit fetch (`EVP_sha256()`)
+/// costs more than hashing a short message. An `EVP_MD` is immutable and may be shared by threads.
+/// A failed fetch is kept with its reason and thrown by every use.
+nonisolated(unsafe) private let fetchedSHA256: Result<OpaquePointer, CryptoError> = {
+    guard let algorithm = EVP_MD_fetch(nil, "SHA256", nil) else { return .failure(CryptoError("EVP_MD_fetch(SHA256)")) }
+    return .success(algorithm)
+}()
+
+/// One reusable SHA-256 context: `begin`, `update`s, `finish`, as often as needed. Not for sharing
+/// between threads.
+final class SHA256Hasher {
+    static let blockSize = 64
+    private let context: OpaquePointer
+
+    init() throws {
+        guard let context = EVP_MD_CTX_new() else { throw CryptoError("EVP_MD_CTX_new") }
+        self.context = context
+    }
+
+    deinit { EVP_MD_CTX_free(context) }
+
+    func begin() throws {
+        try check(EVP_DigestInit_ex2(context, try fetchedSHA256.get(), nil), "EVP_DigestInit_ex2(SHA256)")
+    }
+
+    func update(_ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { try check(EVP_DigestUpdate(context, $0.baseAddress, $0.count), "EVP_DigestUpdate(SHA256)") }
+    }
+
+    func finish() throws -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 0
+        try check(EVP_DigestFinal_ex(context, &out, &length), "EVP_DigestFinal_ex(SHA256)")
+        guard length == 32 else { throw CryptoError("EVP_DigestFinal_ex(SHA256)", detail: "returned \(length) bytes, not 32") }
         return out
     }
 }

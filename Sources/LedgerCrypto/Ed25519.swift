@@ -52,7 +52,7 @@ final class EVPKey {
         guard !bytes.isEmpty else { throw Ed25519Error.invalidPEM("empty text") }
         return try bytes.withUnsafeBytes { buffer in
             // The memory BIO only borrows `buffer`, so it must not outlive this closure.
-            guard buffer.count < Int(Int32.max), let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)) else {
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, try int32Length(buffer.count, "BIO_new_mem_buf")) else {
                 throw CryptoError("BIO_new_mem_buf")
             }
             defer { BIO_free(bio) }
@@ -148,7 +148,7 @@ public struct Ed25519PrivateKey: Sendable, CustomStringConvertible {
         var signature = [UInt8](repeating: 0, count: 64)
         var length = signature.count
         try check(EVP_DigestSign(context, &signature, &length, message, message.count), "EVP_DigestSign(ED25519)")
-        guard length == 64 else { throw CryptoError("EVP_DigestSign(ED25519) returned \(length) bytes") }
+        guard length == 64 else { throw CryptoError("EVP_DigestSign(ED25519)", detail: "returned \(length) bytes, not 64") }
         return signature
     }
 }
@@ -177,26 +177,28 @@ public struct Ed25519PublicKey: Sendable, Hashable {
         return pemEncode(prefix + rawRepresentation, label: "PUBLIC KEY")
     }
 
-    /// Whether `signature` is a valid Ed25519 signature of `message` under this key.
-    /// False (never a crash or throw) for a signature that is not 64 bytes or a key that is not a curve point.
-    public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
-        guard signature.count == 64, let key = try? EVPKey.ed25519Public(raw: rawRepresentation) else {
+    /// Whether `signature` is a valid Ed25519 signature of `message` under this key: false for a signature
+    /// that is not 64 bytes or does not verify (also when the key is not a curve point). Throws
+    /// ``CryptoError`` only when libcrypto itself fails (out of memory), which says nothing about the signature.
+    public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) throws -> Bool {
+        guard signature.count == 64 else { return false }
+        let key = try EVPKey.ed25519Public(raw: rawRepresentation)
+        guard let context = EVP_MD_CTX_new() else { throw CryptoError("EVP_MD_CTX_new") }
+        defer { EVP_MD_CTX_free(context) }
+        try check(EVP_DigestVerifyInit(context, nil, nil, nil, key.pointer), "EVP_DigestVerifyInit(ED25519)")
+        switch EVP_DigestVerify(context, signature, signature.count, message, message.count) {
+        case 1: return true
+        case 0:
+            // A signature that does not verify leaves entries on the thread's error queue; keep them out of later CryptoErrors.
             ERR_clear_error()
             return false
+        default: throw CryptoError("EVP_DigestVerify(ED25519)")
         }
-        guard let context = EVP_MD_CTX_new() else { return false }
-        defer { EVP_MD_CTX_free(context) }
-        let valid =
-            EVP_DigestVerifyInit(context, nil, nil, nil, key.pointer) == 1
-            && EVP_DigestVerify(context, signature, signature.count, message, message.count) == 1
-        // A failed verification leaves entries on the thread's error queue; keep them out of later CryptoErrors.
-        ERR_clear_error()
-        return valid
     }
 
     /// The C2SP signed-note key hash: the first 4 bytes of SHA-256(name ‖ 0x0A ‖ 0x01 ‖ raw key),
     /// where 0x01 is the Ed25519 signature type. Prefixes each signature on a checkpoint's signature line.
-    public func keyHash(name: String) -> [UInt8] {
-        Array(Digest.sha256(Array(name.utf8), [0x0a, 0x01], rawRepresentation).prefix(4))
+    public func keyHash(name: String) throws -> [UInt8] {
+        Array(try Digest.sha256(Array(name.utf8), [0x0a, 0x01], rawRepresentation).prefix(4))
     }
 }

@@ -1,38 +1,37 @@
-import COpenSSL
-
 /// RFC 6962 / RFC 9162 Merkle tree hashing, inclusion proofs and consistency proofs over SHA-256.
 ///
 /// Trees are given as arrays of leaf hashes (see ``leafHash(_:)``), leaf 0 first. Hashes are 32 bytes;
 /// verification rejects any hash of another length. Invalid arguments (an index outside the tree, a size
-/// that is zero or shrinking) give `false` or an empty proof, never a trap.
+/// that is zero or shrinking) give `false` or an empty proof, never a trap. Every function throws
+/// ``CryptoError`` when libcrypto fails to hash (never a zero hash).
 public enum MerkleTree {
     /// The RFC 6962 leaf hash: SHA-256(0x00 ‖ data).
-    public static func leafHash(_ data: [UInt8]) -> [UInt8] { Digest.sha256([0x00], data) }
+    public static func leafHash(_ data: [UInt8]) throws -> [UInt8] { try Digest.sha256([0x00], data) }
 
     /// The RFC 6962 interior node hash: SHA-256(0x01 ‖ left ‖ right).
-    public static func nodeHash(_ left: [UInt8], _ right: [UInt8]) -> [UInt8] { Digest.sha256([0x01], left, right) }
+    public static func nodeHash(_ left: [UInt8], _ right: [UInt8]) throws -> [UInt8] { try Digest.sha256([0x01], left, right) }
 
     /// The root of the empty tree: SHA-256 of the empty string.
-    public static var emptyRoot: [UInt8] { Digest.sha256([]) }
+    public static var emptyRoot: [UInt8] { get throws { try Digest.sha256([]) } }
 
     /// The Merkle tree hash (MTH) of the tree whose leaves have these hashes; ``emptyRoot`` for no leaves.
     /// Iterative, O(n) hashes and O(n) temporary memory.
-    public static func root(leafHashes: [[UInt8]]) -> [UInt8] {
-        subtreeRoot(leafHashes, 0, leafHashes.count, NodeHasher())
+    public static func root(leafHashes: [[UInt8]]) throws -> [UInt8] {
+        try subtreeRoot(leafHashes, 0, leafHashes.count, NodeHasher())
     }
 
     /// The audit path (RFC 6962 §2.1.1 PATH) for leaf `index` in the tree of `leafHashes`, nearest sibling first.
     /// Empty for a one-leaf tree, or when `index` is outside the tree. O(n) hashes, O(log n) proof length.
-    public static func inclusionProof(index: Int, leafHashes: [[UInt8]]) -> [[UInt8]] {
+    public static func inclusionProof(index: Int, leafHashes: [[UInt8]]) throws -> [[UInt8]] {
         guard index >= 0, index < leafHashes.count else { return [] }
         var proof: [[UInt8]] = []
-        path(index, leafHashes, 0, leafHashes.count, NodeHasher(), into: &proof)
+        try path(index, leafHashes, 0, leafHashes.count, NodeHasher(), into: &proof)
         return proof
     }
 
     /// Verifies an inclusion proof as in RFC 9162 §2.1.3.2: that `leafHash` is leaf `index` of the tree of
     /// `treeSize` leaves whose root is `root`. O(log n).
-    public static func verifyInclusion(leafHash: [UInt8], index: Int, treeSize: Int, proof: [[UInt8]], root: [UInt8]) -> Bool {
+    public static func verifyInclusion(leafHash: [UInt8], index: Int, treeSize: Int, proof: [[UInt8]], root: [UInt8]) throws -> Bool {
         guard index >= 0, index < treeSize, leafHash.count == 32, root.count == 32,
             proof.allSatisfy({ $0.count == 32 })
         else { return false }
@@ -42,13 +41,13 @@ public enum MerkleTree {
         for p in proof {
             if sn == 0 { return false }
             if fn & 1 == 1 || fn == sn {
-                r = nodeHash(p, r)
+                r = try nodeHash(p, r)
                 while fn & 1 == 0 && fn != 0 {
                     fn >>= 1
                     sn >>= 1
                 }
             } else {
-                r = nodeHash(r, p)
+                r = try nodeHash(r, p)
             }
             fn >>= 1
             sn >>= 1
@@ -59,17 +58,17 @@ public enum MerkleTree {
     /// The consistency proof (RFC 6962 §2.1.2 PROOF) that the tree of the first `oldSize` leaves is a prefix of
     /// the tree of all `leafHashes`. Empty when the sizes are equal, and when `oldSize` is 0 or larger than the
     /// tree (invalid). O(n) hashes, O(log n) proof length.
-    public static func consistencyProof(oldSize: Int, leafHashes: [[UInt8]]) -> [[UInt8]] {
+    public static func consistencyProof(oldSize: Int, leafHashes: [[UInt8]]) throws -> [[UInt8]] {
         guard oldSize > 0, oldSize < leafHashes.count else { return [] }
         var proof: [[UInt8]] = []
-        subproof(oldSize, leafHashes, 0, leafHashes.count, complete: true, NodeHasher(), into: &proof)
+        try subproof(oldSize, leafHashes, 0, leafHashes.count, complete: true, NodeHasher(), into: &proof)
         return proof
     }
 
     /// Verifies a consistency proof as in RFC 9162 §2.1.4.2: that the tree of `oldSize` leaves with root `oldRoot`
     /// is a prefix of the tree of `newSize` leaves with root `newRoot`. Equal sizes need equal roots and an empty
     /// proof. False when `oldSize` is 0 (nothing to prove) or exceeds `newSize`. O(log n).
-    public static func verifyConsistency(oldSize: Int, newSize: Int, oldRoot: [UInt8], newRoot: [UInt8], proof: [[UInt8]]) -> Bool {
+    public static func verifyConsistency(oldSize: Int, newSize: Int, oldRoot: [UInt8], newRoot: [UInt8], proof: [[UInt8]]) throws -> Bool {
         guard oldSize > 0, oldSize <= newSize, oldRoot.count == 32, newRoot.count == 32,
             proof.allSatisfy({ $0.count == 32 })
         else { return false }
@@ -88,14 +87,14 @@ public enum MerkleTree {
         for c in path.dropFirst() {
             if sn == 0 { return false }
             if fn & 1 == 1 || fn == sn {
-                fr = nodeHash(c, fr)
-                sr = nodeHash(c, sr)
+                fr = try nodeHash(c, fr)
+                sr = try nodeHash(c, sr)
                 while fn & 1 == 0 && fn != 0 {
                     fn >>= 1
                     sn >>= 1
                 }
             } else {
-                sr = nodeHash(sr, c)
+                sr = try nodeHash(sr, c)
             }
             fn >>= 1
             sn >>= 1
@@ -114,15 +113,15 @@ public enum MerkleTree {
 
     /// MTH of leaves [lo, hi), bottom-up: pair neighbours, carry an odd last node up unchanged. This equals the
     /// RFC 6962 recursive definition (split at the largest power of two below n).
-    static func subtreeRoot(_ leaves: [[UInt8]], _ lo: Int, _ hi: Int, _ hasher: NodeHasher) -> [UInt8] {
+    static func subtreeRoot(_ leaves: [[UInt8]], _ lo: Int, _ hi: Int, _ hasher: NodeHasher) throws -> [UInt8] {
         let count = hi - lo
-        if count <= 0 { return emptyRoot }
+        if count <= 0 { return try emptyRoot }
         if count == 1 { return leaves[lo] }
         var level: [[UInt8]] = []
         level.reserveCapacity((count + 1) / 2)
         var i = lo
         while i + 1 < hi {
-            level.append(hasher.node(leaves[i], leaves[i + 1]))
+            level.append(try hasher.node(leaves[i], leaves[i + 1]))
             i += 2
         }
         if i < hi { level.append(leaves[i]) }
@@ -130,7 +129,7 @@ public enum MerkleTree {
             var write = 0
             var read = 0
             while read + 1 < level.count {
-                level[write] = hasher.node(level[read], level[read + 1])
+                level[write] = try hasher.node(level[read], level[read + 1])
                 write += 1
                 read += 2
             }
@@ -144,16 +143,16 @@ public enum MerkleTree {
     }
 
     /// RFC 6962 PATH(m, D[lo:hi]), appended leaf-side first.
-    static func path(_ m: Int, _ leaves: [[UInt8]], _ lo: Int, _ hi: Int, _ hasher: NodeHasher, into proof: inout [[UInt8]]) {
+    static func path(_ m: Int, _ leaves: [[UInt8]], _ lo: Int, _ hi: Int, _ hasher: NodeHasher, into proof: inout [[UInt8]]) throws {
         let n = hi - lo
         guard n > 1 else { return }
         let k = splitPoint(n)
         if m < k {
-            path(m, leaves, lo, lo + k, hasher, into: &proof)
-            proof.append(subtreeRoot(leaves, lo + k, hi, hasher))
+            try path(m, leaves, lo, lo + k, hasher, into: &proof)
+            proof.append(try subtreeRoot(leaves, lo + k, hi, hasher))
         } else {
-            path(m - k, leaves, lo + k, hi, hasher, into: &proof)
-            proof.append(subtreeRoot(leaves, lo, lo + k, hasher))
+            try path(m - k, leaves, lo + k, hi, hasher, into: &proof)
+            proof.append(try subtreeRoot(leaves, lo, lo + k, hasher))
         }
     }
 
@@ -161,51 +160,36 @@ public enum MerkleTree {
     static func subproof(
         _ m: Int, _ leaves: [[UInt8]], _ lo: Int, _ hi: Int, complete: Bool, _ hasher: NodeHasher,
         into proof: inout [[UInt8]]
-    ) {
+    ) throws {
         let n = hi - lo
         if m == n {
-            if !complete { proof.append(subtreeRoot(leaves, lo, hi, hasher)) }
+            if !complete { proof.append(try subtreeRoot(leaves, lo, hi, hasher)) }
             return
         }
         let k = splitPoint(n)
         if m <= k {
-            subproof(m, leaves, lo, lo + k, complete: complete, hasher, into: &proof)
-            proof.append(subtreeRoot(leaves, lo + k, hi, hasher))
+            try subproof(m, leaves, lo, lo + k, complete: complete, hasher, into: &proof)
+            proof.append(try subtreeRoot(leaves, lo + k, hi, hasher))
         } else {
-            subproof(m - k, leaves, lo + k, hi, complete: false, hasher, into: &proof)
-            proof.append(subtreeRoot(leaves, lo, lo + k, hasher))
+            try subproof(m - k, leaves, lo + k, hi, complete: false, hasher, into: &proof)
+            proof.append(try subtreeRoot(leaves, lo, lo + k, hasher))
         }
     }
 }
 
-/// Hashes interior nodes with one pre-fetched SHA-256 and one reused digest context, which is several times
-/// faster than a fresh context per hash when building large trees. Falls back to ``Digest`` if libcrypto fails.
+/// Hashes interior nodes with one reused SHA-256 context, which saves an allocation per node when
+/// building large trees.
 final class NodeHasher {
-    private let md: OpaquePointer?
-    private let context: OpaquePointer?
+    private let hasher: SHA256Hasher
 
-    init() {
-        md = EVP_MD_fetch(nil, "SHA256", nil)
-        context = EVP_MD_CTX_new()
-    }
-
-    deinit {
-        EVP_MD_CTX_free(context)
-        EVP_MD_free(md)
-    }
+    init() throws { hasher = try SHA256Hasher() }
 
     /// SHA-256(0x01 ‖ left ‖ right).
-    func node(_ left: [UInt8], _ right: [UInt8]) -> [UInt8] {
-        guard let md, let context, EVP_DigestInit_ex2(context, md, nil) == 1 else {
-            return MerkleTree.nodeHash(left, right)
-        }
-        var prefix: UInt8 = 0x01
-        var ok = EVP_DigestUpdate(context, &prefix, 1) == 1
-        ok = ok && left.withUnsafeBytes { EVP_DigestUpdate(context, $0.baseAddress, $0.count) } == 1
-        ok = ok && right.withUnsafeBytes { EVP_DigestUpdate(context, $0.baseAddress, $0.count) } == 1
-        var out = [UInt8](repeating: 0, count: 32)
-        var length: UInt32 = 0
-        ok = ok && EVP_DigestFinal_ex(context, &out, &length) == 1 && length == 32
-        return ok ? out : MerkleTree.nodeHash(left, right)
+    func node(_ left: [UInt8], _ right: [UInt8]) throws -> [UInt8] {
+        try hasher.begin()
+        try hasher.update([0x01])
+        try hasher.update(left)
+        try hasher.update(right)
+        return try hasher.finish()
     }
 }

@@ -134,10 +134,10 @@ public enum StoreBenchmark {
     }
 
     private static func sampleEvent(_ index: Int) throws -> PendingEvent {
-        let lineage = LineageKey(Digest32(Digest.sha256(Array("lineage-\(index % 5000)".utf8))) ?? .zero)
-        let account = AccountID(Array(Digest.sha256(Array("account-\(index % 3000)".utf8)).prefix(16)))
+        let lineage = LineageKey(Digest32(try Digest.sha256(Array("lineage-\(index % 5000)".utf8))) ?? .zero)
+        let account = AccountID(Array(try Digest.sha256(Array("account-\(index % 3000)".utf8)).prefix(16)))
         let facts = TransactionFacts(
-            transactionKey: Digest32(Digest.sha256(Array("tx-\(index)".utf8))) ?? .zero, productId: "com.myrecipes.premium.monthly",
+            transactionKey: Digest32(try Digest.sha256(Array("tx-\(index)".utf8))) ?? .zero, productId: "com.myrecipes.premium.monthly",
             purchaseDate: 1_764_000_000_000 + Int64(index), expiresDate: 1_766_600_000_000 + Int64(index), revocationDate: nil,
             ownership: .purchased, environment: "Production", signedDate: 1_764_000_000_000 + Int64(index), provenance: .verifiedJWS)
         return PendingEvent(

@@ -17,38 +17,41 @@ public struct LedgerKeys: Sendable {
     /// Stored in the metadata at creation: opening with another key file is refused.
     let checkValue: [UInt8]
 
-    init(secret: [UInt8]) {
-        func derive(_ label: String) -> [UInt8] { Digest.hmacSHA256(key: secret, message: Array(label.utf8)) }
-        lineageKey = derive("lineage")
-        transactionKey = derive("transaction")
-        notificationKey = derive("notification")
-        eventKey = derive("event-id")
-        vaultKey = derive("identity-vault")
-        sealKey = derive("identity-seal")
-        checkValue = derive("key-check")
+    init(secret: [UInt8]) throws {
+        func derive(_ label: String) throws -> [UInt8] { try Digest.hmacSHA256(key: secret, message: Array(label.utf8)) }
+        lineageKey = try derive("lineage")
+        transactionKey = try derive("transaction")
+        notificationKey = try derive("notification")
+        eventKey = try derive("event-id")
+        vaultKey = try derive("identity-vault")
+        sealKey = try derive("identity-seal")
+        checkValue = try derive("key-check")
     }
 
     /// HMAC-SHA256 over `apple|<environment>|<originalTransactionId>`.
-    public func lineage(environment: String, originalTransactionId: String) -> LineageKey {
-        LineageKey(digest(lineageKey, "apple|\(environment)|\(originalTransactionId)"))
+    public func lineage(environment: String, originalTransactionId: String) throws -> LineageKey {
+        LineageKey(try digest(lineageKey, "apple|\(environment)|\(originalTransactionId)"))
     }
 
     /// Keyed hash of an Apple `transactionId`.
-    public func transaction(environment: String, transactionId: String) -> Digest32 {
-        digest(transactionKey, "apple|\(environment)|\(transactionId)")
+    public func transaction(environment: String, transactionId: String) throws -> Digest32 {
+        try digest(transactionKey, "apple|\(environment)|\(transactionId)")
     }
 
     /// Keyed hash of a `notificationUUID`.
-    public func notification(uuid: String) -> Digest32 { digest(notificationKey, "apple|\(uuid)") }
+    public func notification(uuid: String) throws -> Digest32 { try digest(notificationKey, "apple|\(uuid)") }
 
     /// The id of event `index` of the batch identified by `batch` (a description of the submission
     /// that caused it, which may contain identifiers: only its keyed hash is stored).
-    public func eventId(batch: String, index: Int) -> Digest32 {
-        digest(eventKey, "\(batch)#\(index)")
+    public func eventId(batch: String, index: Int) throws -> Digest32 {
+        try digest(eventKey, "\(batch)#\(index)")
     }
 
-    private func digest(_ key: [UInt8], _ message: String) -> Digest32 {
-        Digest32(Digest.hmacSHA256(key: key, message: Array(message.utf8))) ?? .zero
+    private func digest(_ key: [UInt8], _ message: String) throws -> Digest32 {
+        guard let digest = Digest32(try Digest.hmacSHA256(key: key, message: Array(message.utf8))) else {
+            throw CryptoError("HMAC-SHA256", detail: "the digest is not 32 bytes")
+        }
+        return digest
     }
 
     // MARK: Key file
@@ -62,7 +65,7 @@ public struct LedgerKeys: Sendable {
         guard write(fd, text, text.count) == text.count, fsync(fd) == 0 else {
             throw LedgerStoreError.corrupt("could not write \(url.path): \(String(cString: strerror(errno)))")
         }
-        return LedgerKeys(secret: secret)
+        return try LedgerKeys(secret: secret)
     }
 
     static func load(from url: URL) throws -> LedgerKeys {
@@ -74,6 +77,6 @@ public struct LedgerKeys: Sendable {
             let secret = [UInt8](hex: String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
             secret.count == 32
         else { throw LedgerStoreError.malformedKey(path: url.path) }
-        return LedgerKeys(secret: secret)
+        return try LedgerKeys(secret: secret)
     }
 }

@@ -51,24 +51,28 @@ extension LedgerStore {
                     fault = ChainFault(sequence: expected, reason: "missing (next stored record is \(sequence))")
                     return false
                 }
-                do {
-                    let record = try RecordCodec.decode(stored, sequence: sequence)
-                    let (body, hash) = try RecordCodec.split(stored, sequence: sequence)
-                    guard record.previousHash == previousHash else {
-                        fault = ChainFault(sequence: sequence, reason: "link broken: previous hash does not match record \(sequence - 1)")
-                        return false
-                    }
-                    guard Digest.sha256(previousHash.bytes, Array(body)) == hash.bytes else {
-                        fault = ChainFault(sequence: sequence, reason: "hash mismatch: the record's bytes were changed")
-                        return false
-                    }
-                    previousHash = hash
-                    checker.check(record)
-                    indexes.add(record)
+                // Only a record that does not decode is a fault; a failing libcrypto is an error, thrown.
+                let record: Record
+                let body: ArraySlice<UInt8>
+                let hash: Digest32
+                do throws(RecordDecodingError) {
+                    record = try RecordCodec.decode(stored, sequence: sequence)
+                    (body, hash) = try RecordCodec.split(stored, sequence: sequence)
                 } catch {
                     fault = ChainFault(sequence: sequence, reason: "\(error)")
                     return false
                 }
+                guard record.previousHash == previousHash else {
+                    fault = ChainFault(sequence: sequence, reason: "link broken: previous hash does not match record \(sequence - 1)")
+                    return false
+                }
+                guard try Digest.sha256(previousHash.bytes, Array(body)) == hash.bytes else {
+                    fault = ChainFault(sequence: sequence, reason: "hash mismatch: the record's bytes were changed")
+                    return false
+                }
+                previousHash = hash
+                try checker.check(record)
+                indexes.add(record)
                 if sequence % 10_000 == 0 { progress?(sequence, total) }
                 expected += 1
                 return true
@@ -413,7 +417,9 @@ extension InvariantChecker.SignatureChecks {
     /// Ed25519 and SHA-256 from libcrypto.
     public static let libcrypto = InvariantChecker.SignatureChecks(
         verify: { publicKey, message, signature in
-            (try? Ed25519PublicKey(rawRepresentation: publicKey))?.isValidSignature(signature, for: message) ?? false
+            // A stored key of the wrong length signs nothing; only a failing libcrypto throws.
+            guard let key = try? Ed25519PublicKey(rawRepresentation: publicKey) else { return false }
+            return try key.isValidSignature(signature, for: message)
         },
-        sha256: { Digest.sha256($0) })
+        sha256: { try Digest.sha256($0) })
 }

@@ -134,7 +134,7 @@ public struct ReadSession {
 
     /// The pseudonym of a live account, or nil when the vault has no mapping for `uid`.
     public func pseudonym(ofUID uid: String) throws -> AccountID? {
-        try txn.get(DB.identities, vaultKey(uid)).flatMap { AccountID(Array($0.prefix(16))) }
+        try txn.get(DB.identities, try vaultKey(uid)).flatMap { AccountID(Array($0.prefix(16))) }
     }
 
     /// The UID of a live account's pseudonym, or nil once the account is deleted.
@@ -144,7 +144,7 @@ public struct ReadSession {
         return String(decoding: plain, as: UTF8.self)
     }
 
-    func vaultKey(_ uid: String) -> [UInt8] { [0x75] + Digest.hmacSHA256(key: keys.vaultKey, message: Array(uid.utf8)) }
+    func vaultKey(_ uid: String) throws -> [UInt8] { [0x75] + (try Digest.hmacSHA256(key: keys.vaultKey, message: Array(uid.utf8))) }
 
     // MARK: Statistics
 
@@ -213,7 +213,7 @@ public struct WriteSession {
             let body = RecordCodec.body(
                 sequence: sequence, recordedAt: pending.recordedAt, eventId: pending.eventId, previousHash: previousHash,
                 eventBytes: EventCodec.encode(pending.event))
-            let hash = Digest.sha256(previousHash.bytes, body)
+            let hash = try Digest.sha256(previousHash.bytes, body)
             let key = u64Bytes(sequence)
             try txn.put(DB.log, key, body + hash, flags: MDB_APPEND)
             try txn.put(DB.eventIds, pending.eventId.bytes, key, flags: MDB_NOOVERWRITE)
@@ -260,7 +260,7 @@ public struct WriteSession {
         if let existing = try reader.pseudonym(ofUID: uid) { return existing }
         guard let account = AccountID(try Digest.randomBytes(16)) else { throw LedgerStoreError.corrupt("pseudonym") }
         let sealed = try SealedBox.seal(Array(uid.utf8), key: reader.keys.sealKey)
-        try txn.put(DB.identities, reader.vaultKey(uid), account.bytes)
+        try txn.put(DB.identities, try reader.vaultKey(uid), account.bytes)
         try txn.put(DB.identities, [0x70] + account.bytes, sealed)
         return account
     }
@@ -269,7 +269,7 @@ public struct WriteSession {
     /// longer be linked to the person.
     public func eraseIdentity(uid: String) throws {
         guard let account = try reader.pseudonym(ofUID: uid) else { return }
-        try txn.delete(DB.identities, reader.vaultKey(uid))
+        try txn.delete(DB.identities, try reader.vaultKey(uid))
         try txn.delete(DB.identities, [0x70] + account.bytes)
     }
 }

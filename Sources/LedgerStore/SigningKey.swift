@@ -13,7 +13,7 @@ public enum SigningKey {
 
     /// What the store records of its signing key: SHA-256 of the raw 32-byte public key (its first
     /// 8 hex digits are the checkpoint origin's).
-    public static func fingerprint(_ publicKey: Ed25519PublicKey) -> [UInt8] { Digest.sha256(publicKey.rawRepresentation) }
+    public static func fingerprint(_ publicKey: Ed25519PublicKey) throws -> [UInt8] { try Digest.sha256(publicKey.rawRepresentation) }
 
     /// Creates a new signing key file at `url`; fails when the file exists.
     @discardableResult
@@ -80,14 +80,14 @@ extension LedgerStore {
             if let recorded = try txn.get(Database.meta, Meta.signingKey) {
                 try checkSigningKey(key, recorded: recorded)
             } else {
-                try txn.put(Database.meta, Meta.signingKey, SigningKey.fingerprint(key.publicKey))
+                try txn.put(Database.meta, Meta.signingKey, try SigningKey.fingerprint(key.publicKey))
             }
         }
         return key
     }
 
     private func checkSigningKey(_ key: Ed25519PrivateKey, recorded: [UInt8]) throws {
-        let found = SigningKey.fingerprint(key.publicKey)
+        let found = try SigningKey.fingerprint(key.publicKey)
         guard found == recorded else {
             throw LedgerStoreError.wrongSigningKey(path: signingKeyURL.path, recorded: recorded.hex, found: found.hex)
         }

@@ -50,13 +50,17 @@ public enum DisputeBundle {
         Array("ownership-ledger/dispute-bundle/v1\n".utf8) + Array(try canonical(body))
     }
 
-    /// Verifies `data` offline against the trusted `publicKey` and returns what it proves.
+    /// Verifies `data` offline against the trusted `publicKey` and returns what it proves. Throws
+    /// ``Failure`` when the bundle does not verify, and ``CryptoError`` when libcrypto fails (which says
+    /// nothing about the bundle).
     /// - Complexity: O(bundle size + records × log₂ checkpoint size).
-    public static func verify(_ data: Data, publicKey: Ed25519PublicKey) throws(Failure) -> Verified {
+    public static func verify(_ data: Data, publicKey: Ed25519PublicKey) throws -> Verified {
         do {
             return try verifyThrowing(data, publicKey: publicKey)
-        } catch let failure as Failure {
-            throw failure
+        } catch let error as Failure {
+            throw error
+        } catch let error as CryptoError {
+            throw error
         } catch {
             throw Failure("\(error)")
         }
@@ -81,16 +85,16 @@ public enum DisputeBundle {
         let origin: String
         do {
             origin = try Checkpoint.parse(checkpointText).checkpoint.origin
-        } catch {
+        } catch let error as CheckpointError {
             throw Failure("checkpoint: \(error)")
         }
         let checkpoint: Checkpoint
         do {
             checkpoint = try Checkpoint.verify(checkpointText, publicKey: publicKey, keyName: origin)
-        } catch {
+        } catch let error as CheckpointError {
             throw Failure("checkpoint: \(error)")
         }
-        guard publicKey.isValidSignature(Array(signature), for: try signedBytes(bundle)) else {
+        guard try publicKey.isValidSignature(Array(signature), for: try signedBytes(bundle)) else {
             throw Failure("the bundle signature does not verify")
         }
         guard let lineageHex = bundle["lineage"] as? String, let digest = [UInt8](hex: lineageHex).flatMap(Digest32.init) else {
@@ -115,7 +119,7 @@ public enum DisputeBundle {
             if entry["withheld"] != nil {
                 // Only the leaf hash is disclosed: the record is proven to exist at `seq`, its content is not shown.
                 guard let leafText = entry["leafHash"] as? String, let leaf = Data(base64Encoded: leafText).map(Array.init),
-                    MerkleTree.verifyInclusion(
+                    try MerkleTree.verifyInclusion(
                         leafHash: leaf, index: Int(seq - 1), treeSize: treeSize, proof: proof, root: checkpoint.rootHash)
                 else { throw Failure("withheld record \(seq): the inclusion proof does not lead to the checkpoint's root") }
                 withheld.append(seq)
@@ -132,11 +136,11 @@ public enum DisputeBundle {
             }
             guard record.sequence == seq else { throw Failure("\(name): sequence \(seq) is not the record's own") }
             let (body, hash) = try RecordCodec.split(stored, sequence: seq)
-            guard Digest.sha256(record.previousHash.bytes, Array(body)) == hash.bytes else {
+            guard try Digest.sha256(record.previousHash.bytes, Array(body)) == hash.bytes else {
                 throw Failure("record \(seq): its hash does not match its bytes")
             }
             guard
-                MerkleTree.verifyInclusion(
+                try MerkleTree.verifyInclusion(
                     leafHash: MerkleTree.leafHash(stored), index: Int(seq - 1), treeSize: treeSize, proof: proof,
                     root: checkpoint.rootHash)
             else { throw Failure("record \(seq): the inclusion proof does not lead to the checkpoint's root") }
@@ -174,9 +178,9 @@ extension Ledger {
         let (text, checkpoint, leaves) = try makeCheckpoint()
         let key = try signingKey()
         let (lineage, records) = try lineageRecords(originalTransactionId: originalTransactionId, environment: environment)
-        let entries: [[String: Any]] = records.filter { $0.record.sequence <= checkpoint.size }.map { entry in
+        let entries: [[String: Any]] = try records.filter { $0.record.sequence <= checkpoint.size }.map { entry in
             let index = Int(entry.record.sequence - 1)
-            let proof = MerkleTree.inclusionProof(index: index, leafHashes: leaves).map { Data($0).base64EncodedString() }
+            let proof = try MerkleTree.inclusionProof(index: index, leafHashes: leaves).map { Data($0).base64EncodedString() }
             if withholdPrivate && DisputeBundle.isPrivate(entry.record.event) {
                 return [
                     "seq": entry.record.sequence, "withheld": entry.record.event.name,

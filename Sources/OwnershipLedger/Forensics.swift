@@ -447,7 +447,7 @@ extension Ledger {
     public func lineageRecords(
         originalTransactionId: String, environment: AppleEnvironment? = nil, until limit: Forensics.Limit? = nil
     ) throws -> (lineage: LineageKey, records: [(record: Record, stored: [UInt8])]) {
-        let key = lineage(originalTransactionId: originalTransactionId, environment: environment)
+        let key = try lineage(originalTransactionId: originalTransactionId, environment: environment)
         return (key, try store.read { try Forensics.lineageRecords(key, in: $0, until: limit) })
     }
 

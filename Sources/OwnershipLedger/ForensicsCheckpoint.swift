@@ -14,17 +14,17 @@ extension Forensics {
     /// SHA-256 over the canonical encoding of the state's read-model entries: the entry count, then
     /// each entry in ascending key order as u32 key length, key, u32 value length, value.
     /// Independent of dictionary order, so the same state always hashes the same.
-    public static func stateHash(_ state: LedgerState) -> [UInt8] { stateHash(entries: ReadModel.entries(of: state)) }
+    public static func stateHash(_ state: LedgerState) throws -> [UInt8] { try stateHash(entries: ReadModel.entries(of: state)) }
 
     /// The hash of read-model entries as ``stateHash(_:)`` computes it (e.g. of the persisted read models).
-    public static func stateHash(entries: ReadModel.Entries) -> [UInt8] {
+    public static func stateHash(entries: ReadModel.Entries) throws -> [UInt8] {
         var w = ByteWriter()
         w.u64(UInt64(entries.count))
         for key in entries.keys.sorted(by: { $0.lexicographicallyPrecedes($1) }) {
             w.bytes(key)
             w.bytes(entries[key] ?? [])
         }
-        return Digest.sha256(w.output)
+        return try Digest.sha256(w.output)
     }
 
     /// `projection state v<version> <hex>`.
@@ -42,8 +42,8 @@ extension Forensics {
 
     /// The checkpoint origin (and signature key name) of the ledger whose signing key is `publicKey`:
     /// `ownership-ledger/<first 8 hex digits of SHA-256 of the raw public key>`.
-    public static func origin(for publicKey: Ed25519PublicKey) -> String {
-        "ownership-ledger/" + String(Digest.sha256(publicKey.rawRepresentation).hex.prefix(8))
+    public static func origin(for publicKey: Ed25519PublicKey) throws -> String {
+        "ownership-ledger/" + String(try Digest.sha256(publicKey.rawRepresentation).hex.prefix(8))
     }
 
     /// One pass over the stored log: leaf hashes, the first chain fault, and the state after `size`
@@ -65,22 +65,28 @@ extension Forensics {
                 scan.chainFault = scan.chainFault ?? LogFault(sequence: expected, reason: "missing (next stored record is \(sequence))")
                 return false
             }
-            scan.leafHashes.append(MerkleTree.leafHash(stored))
-            do {
-                let record = try RecordCodec.decode(stored, sequence: sequence)
-                if sequence <= size, stateValid { reducer(&state, record.event) }
-                if scan.chainFault == nil {
-                    let (body, hash) = try RecordCodec.split(stored, sequence: sequence)
-                    if record.previousHash != previous {
-                        scan.chainFault = LogFault(sequence: sequence, reason: "link broken: previous hash does not match record \(sequence - 1)")
-                    } else if Digest.sha256(previous.bytes, Array(body)) != hash.bytes {
-                        scan.chainFault = LogFault(sequence: sequence, reason: "hash mismatch: the record's bytes were changed")
-                    }
-                    previous = hash
-                }
+            scan.leafHashes.append(try MerkleTree.leafHash(stored))
+            // Only a record that does not decode is a fault; a failing libcrypto is an error, thrown.
+            let record: Record
+            let body: ArraySlice<UInt8>
+            let hash: Digest32
+            do throws(RecordDecodingError) {
+                record = try RecordCodec.decode(stored, sequence: sequence)
+                (body, hash) = try RecordCodec.split(stored, sequence: sequence)
             } catch {
                 if sequence <= size { stateValid = false }
                 scan.chainFault = scan.chainFault ?? LogFault(sequence: sequence, reason: "\(error)")
+                expected += 1
+                return true
+            }
+            if sequence <= size, stateValid { reducer(&state, record.event) }
+            if scan.chainFault == nil {
+                if record.previousHash != previous {
+                    scan.chainFault = LogFault(sequence: sequence, reason: "link broken: previous hash does not match record \(sequence - 1)")
+                } else if try Digest.sha256(previous.bytes, Array(body)) != hash.bytes {
+                    scan.chainFault = LogFault(sequence: sequence, reason: "hash mismatch: the record's bytes were changed")
+                }
+                previous = hash
             }
             expected += 1
             return true
@@ -142,7 +148,7 @@ extension Ledger {
     /// - Complexity: O(records).
     public func makeCheckpoint() throws -> (text: String, checkpoint: Checkpoint, leafHashes: [[UInt8]]) {
         let key = try signingKey()
-        let origin = Forensics.origin(for: key.publicKey)
+        let origin = try Forensics.origin(for: key.publicKey)
         let scan = try store.read { session in
             try Forensics.scan(session, stateThrough: try session.head().sequence, reducer: StateProjection.evolve)
         }
@@ -168,12 +174,13 @@ extension Ledger {
         var signatureVerified = true
         do {
             _ = try Checkpoint.verify(text, publicKey: key, keyName: parsed.origin)
-        } catch {
+        } catch let error as CheckpointError {
             signatureVerified = false
             problems.append("signature: \(error)")
         }
-        if parsed.origin != Forensics.origin(for: key) {
-            problems.append("origin \(parsed.origin) is not this ledger's (\(Forensics.origin(for: key)))")
+        let origin = try Forensics.origin(for: key)
+        if parsed.origin != origin {
+            problems.append("origin \(parsed.origin) is not this ledger's (\(origin))")
         }
         let scan = try store.read { try Forensics.scan($0, stateThrough: parsed.size, reducer: reducer) }
         let leaves = scan.leafHashes
@@ -184,7 +191,7 @@ extension Ledger {
             problems.append("the log has \(logSize) records, fewer than the checkpoint's \(parsed.size): records were removed")
             firstBad = logSize + 1
         } else {
-            let root = MerkleTree.root(leafHashes: Array(leaves.prefix(Int(parsed.size))))
+            let root = try MerkleTree.root(leafHashes: Array(leaves.prefix(Int(parsed.size))))
             recomputed = root
             if root != parsed.rootHash {
                 if let fault = scan.chainFault, fault.sequence <= parsed.size {
@@ -199,14 +206,14 @@ extension Ledger {
                 }
             }
         }
-        let currentRoot = MerkleTree.root(leafHashes: leaves)
+        let currentRoot = try MerkleTree.root(leafHashes: leaves)
         var proof: [[UInt8]] = []
         var consistent = false
         if parsed.size == 0 {
-            consistent = parsed.rootHash == MerkleTree.emptyRoot
+            consistent = try parsed.rootHash == MerkleTree.emptyRoot
         } else if parsed.size <= logSize {
-            proof = MerkleTree.consistencyProof(oldSize: Int(parsed.size), leafHashes: leaves)
-            consistent = MerkleTree.verifyConsistency(
+            proof = try MerkleTree.consistencyProof(oldSize: Int(parsed.size), leafHashes: leaves)
+            consistent = try MerkleTree.verifyConsistency(
                 oldSize: Int(parsed.size), newSize: leaves.count, oldRoot: parsed.rootHash, newRoot: currentRoot, proof: proof)
         }
         if !consistent && recomputed == parsed.rootHash {
@@ -217,7 +224,7 @@ extension Ledger {
             problems.append("hash chain: \(fault)")
         }
         var projections: [CheckpointReport.ProjectionCheck] = []
-        let replayed = scan.state.map(Forensics.stateHash)
+        let replayed = try scan.state.map(Forensics.stateHash)
         for line in parsed.extensions {
             guard let (version, hash) = Forensics.parseStateLine(line) else { continue }
             guard version == StateProjection.version else {

@@ -98,7 +98,7 @@ public final class Ledger: @unchecked Sendable {
         case .deleteAccount(let uid):
             base = Self.descriptor("delete", uid)
         }
-        let submissionKey = keys.eventId(batch: base, index: 0)
+        let submissionKey = try keys.eventId(batch: base, index: 0)
         var attempt: UInt32 = 0
         var prior: [Record]?
         if let latest = try session.reader.latestAttempt(of: submissionKey) {
@@ -119,9 +119,9 @@ public final class Ledger: @unchecked Sendable {
             }
             command = .submitTransaction(
                 TransactionSubmitted(
-                    kind: kind, account: account, lineage: lineage(of: payload), transaction: facts(payload, provenance: provenance)))
+                    kind: kind, account: account, lineage: try lineage(of: payload), transaction: try facts(payload, provenance: provenance)))
         case .notification(let payload, let provenance):
-            let fact = notificationFact(payload, provenance: provenance)
+            let fact = try notificationFact(payload, provenance: provenance)
             if let prior, prior.first?.event != .notificationReceived(fact) {
                 throw SubmissionError(
                     "notificationUUID \(payload.notificationUUID) was delivered before with different content", code: "conflict")
@@ -142,8 +142,8 @@ public final class Ledger: @unchecked Sendable {
             return try answer(toRetryOf: prior, lineage: command.lineages.first, at: at, session: session)
         }
         let batch = attempt == 0 ? base : base + Self.descriptor("attempt", String(attempt))
-        let pending = events.enumerated().map { index, event in
-            PendingEvent(eventId: keys.eventId(batch: batch, index: index), recordedAt: at, event: event)
+        let pending = try events.enumerated().map { index, event in
+            PendingEvent(eventId: try keys.eventId(batch: batch, index: index), recordedAt: at, event: event)
         }
         let result = try session.append(pending)
         if let first = result.sequences.first {
@@ -207,15 +207,15 @@ public final class Ledger: @unchecked Sendable {
         return records
     }
 
-    private func lineage(of payload: TransactionPayload) -> LineageKey {
-        store.keys.lineage(environment: payload.environment.rawValue, originalTransactionId: payload.originalTransactionId)
+    private func lineage(of payload: TransactionPayload) throws -> LineageKey {
+        try store.keys.lineage(environment: payload.environment.rawValue, originalTransactionId: payload.originalTransactionId)
     }
 
-    private func notificationFact(_ payload: NotificationPayload, provenance: Provenance) -> NotificationReceived {
+    private func notificationFact(_ payload: NotificationPayload, provenance: Provenance) throws -> NotificationReceived {
         NotificationReceived(
-            notificationKey: store.keys.notification(uuid: payload.notificationUUID), notificationType: payload.notificationType,
-            subtype: payload.subtype, signedDate: payload.signedDate, lineage: payload.transaction.map(lineage(of:)),
-            transaction: payload.transaction.map { facts($0, provenance: provenance) })
+            notificationKey: try store.keys.notification(uuid: payload.notificationUUID), notificationType: payload.notificationType,
+            subtype: payload.subtype, signedDate: payload.signedDate, lineage: try payload.transaction.map(lineage(of:)),
+            transaction: try payload.transaction.map { try facts($0, provenance: provenance) })
     }
 
     /// Refuses, before anything is decided, times outside ``LedgerTime/supportedRange``, ownership
@@ -252,10 +252,10 @@ public final class Ledger: @unchecked Sendable {
         }
     }
 
-    private func facts(_ payload: TransactionPayload, provenance: Provenance) -> TransactionFacts {
+    private func facts(_ payload: TransactionPayload, provenance: Provenance) throws -> TransactionFacts {
         let environment = payload.environment.rawValue
         return TransactionFacts(
-            transactionKey: store.keys.transaction(environment: environment, transactionId: payload.transactionId),
+            transactionKey: try store.keys.transaction(environment: environment, transactionId: payload.transactionId),
             productId: payload.productId, purchaseDate: payload.purchaseDate, expiresDate: payload.expiresDate,
             revocationDate: payload.revocationDate, ownership: Ownership(appleValue: payload.inAppOwnershipType),
             environment: environment, signedDate: payload.signedDate, provenance: provenance)
@@ -264,8 +264,8 @@ public final class Ledger: @unchecked Sendable {
     // MARK: Queries
 
     /// The lineage key of an original transaction id in `environment` (the ledger's by default).
-    public func lineage(originalTransactionId: String, environment: AppleEnvironment? = nil) -> LineageKey {
-        store.keys.lineage(
+    public func lineage(originalTransactionId: String, environment: AppleEnvironment? = nil) throws -> LineageKey {
+        try store.keys.lineage(
             environment: (environment ?? configuration.environment).rawValue, originalTransactionId: originalTransactionId)
     }
 
@@ -297,7 +297,7 @@ public final class Ledger: @unchecked Sendable {
     public func binding(originalTransactionId: String, environment: AppleEnvironment? = nil, at: Timestamp? = nil) throws
         -> BindingView
     {
-        let lineage = lineage(originalTransactionId: originalTransactionId, environment: environment)
+        let lineage = try lineage(originalTransactionId: originalTransactionId, environment: environment)
         let state = try self.state(lineages: [lineage], asOf: at).lineage(lineage)
         let time = at ?? LedgerTime.now()
         return BindingView(

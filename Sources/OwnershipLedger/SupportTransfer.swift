@@ -178,7 +178,7 @@ extension Ledger {
         session: WriteSession, decide: (_ signatureValid: Bool, _ state: LedgerState) -> TransferDecider.Outcome
     ) throws -> SupportOutcome {
         let state = try session.reader.loadState()
-        let decided = decide(Self.verifies(signature, message, key: state.staff[administrator]?.publicKey), state)
+        let decided = decide(try Self.verifies(signature, message, key: state.staff[administrator]?.publicKey), state)
         var result = outcome(step, checks: decided.checks)
         guard decided.accepted else { throw SupportRefusal(outcome: result) }
         (result.appended, result.sequences) = try commit(decided.events, batch: "\(step)|\(staff)", before: state, at: at, session: session)
@@ -200,7 +200,7 @@ extension Ledger {
         try Self.checkIdentifier(input.caseId, field: .caseId)
         try Self.checkIdentifier(staff, field: .operator_)
         try Self.checkNoCustomerIdentifiers(in: input, sourceUID: nil)
-        let lineage = self.lineage(originalTransactionId: input.originalTransactionId, environment: input.environment)
+        let lineage = try self.lineage(originalTransactionId: input.originalTransactionId, environment: input.environment)
         return try store.write { session in
             let target = try session.pseudonym(forUID: input.targetUID)
             let state = try session.reader.loadState(lineages: [lineage], accounts: [target], cases: [input.caseId])
@@ -222,9 +222,9 @@ extension Ledger {
                 let plan = TransferPlan(
                     caseId: input.caseId, lineage: lineage, source: source, target: target, lineageVersion: version,
                     targetAuthentication: input.targetAuthentication, ownershipEvidence: input.ownershipEvidence, reason: input.reason)
-                let digest = Self.digest(of: plan)
+                let digest = try Self.digest(of: plan)
                 let request = TransferRequested(plan: plan, planDigest: digest, requestedBy: staff, signature: try key.sign(digest.bytes))
-                let valid = Self.verifies(request.signature, digest.bytes, key: state.staff[staff]?.publicKey)
+                let valid = try Self.verifies(request.signature, digest.bytes, key: state.staff[staff]?.publicKey)
                 decided = TransferDecider.request(
                     request, facts: .init(planDigestMatches: true, requestSignatureValid: valid), currentVersion: version, state: state)
                 result.plan = plan
@@ -253,8 +253,8 @@ extension Ledger {
             var result = try describe(caseId, state: state, reader: session.reader, step: "approve")
             let digest = state.transfers[caseId]?.request.planDigest ?? .zero
             let approval = TransferApproved(caseId: caseId, planDigest: digest, approvedBy: staff, signature: try key.sign(digest.bytes))
-            var facts = Self.signatureFacts(state.transfers[caseId], state: state)
-            facts.approvalSignatureValid = Self.verifies(approval.signature, digest.bytes, key: state.staff[staff]?.publicKey)
+            var facts = try Self.signatureFacts(state.transfers[caseId], state: state)
+            facts.approvalSignatureValid = try Self.verifies(approval.signature, digest.bytes, key: state.staff[staff]?.publicKey)
             let decided = TransferDecider.approve(approval, facts: facts, state: state)
             result.checks = decided.checks
             result.approvedBy = staff
@@ -272,7 +272,7 @@ extension Ledger {
             let state = try loadCase(caseId, reader: reader)
             var result = try describe(caseId, state: state, reader: reader, step: "dry-run")
             let version = try result.plan.map { try reader.lineageVersion($0.lineage) } ?? 0
-            let decided = TransferDecider.apply(
+            let decided = try TransferDecider.apply(
                 caseId: caseId, appliedBy: nil, applierKeyMatches: false,
                 facts: Self.signatureFacts(state.transfers[caseId], state: state), currentVersion: version, state: state)
             result.checks = decided.checks
@@ -293,7 +293,7 @@ extension Ledger {
             let state = try loadCase(caseId, reader: session.reader)
             var result = try describe(caseId, state: state, reader: session.reader, step: "apply")
             let version = try result.plan.map { try session.reader.lineageVersion($0.lineage) } ?? 0
-            let decided = TransferDecider.apply(
+            let decided = try TransferDecider.apply(
                 caseId: caseId, appliedBy: staff, applierKeyMatches: state.staff[staff]?.publicKey == key.publicKey.rawRepresentation,
                 facts: Self.signatureFacts(state.transfers[caseId], state: state), currentVersion: version, state: state)
             result.checks = decided.checks
@@ -313,7 +313,7 @@ extension Ledger {
     public func audit(caseId: String? = nil, originalTransactionId: String? = nil, environment: AppleEnvironment? = nil) throws
         -> [AuditRecord]
     {
-        let lineage = originalTransactionId.map { self.lineage(originalTransactionId: $0, environment: environment) }
+        let lineage = try originalTransactionId.map { try self.lineage(originalTransactionId: $0, environment: environment) }
         var state = LedgerState()
         var trail: [AuditEntry] = []
         var records: [AuditRecord] = []
@@ -327,24 +327,24 @@ extension Ledger {
                 case .staffEnrolled(let e):
                     signer = e.enrolledBy
                     if let admin = e.enrolledBy {
-                        check(Self.verifies(e.signature, e.signedMessage, key: state.staff[admin]?.publicKey))
+                        check(try Self.verifies(e.signature, e.signedMessage, key: state.staff[admin]?.publicKey))
                     } else {
                         signature = "unsigned-first-administrator"
                     }
                 case .staffRemoved(let e):
                     signer = e.removedBy
-                    check(Self.verifies(e.signature, e.signedMessage, key: state.staff[e.removedBy]?.publicKey))
+                    check(try Self.verifies(e.signature, e.signedMessage, key: state.staff[e.removedBy]?.publicKey))
                 case .transferRequested(let e):
                     signer = e.requestedBy
                     caseLineages[e.plan.caseId] = e.plan.lineage
                     check(
-                        Self.digest(of: e.plan) == e.planDigest
+                        try Self.digest(of: e.plan) == e.planDigest
                             && Self.verifies(e.signature, e.planDigest.bytes, key: state.staff[e.requestedBy]?.publicKey))
                 case .transferApproved(let e):
                     signer = e.approvedBy
                     let requested = state.transfers[e.caseId]?.request.planDigest
                     check(
-                        requested == e.planDigest && Self.verifies(e.signature, e.planDigest.bytes, key: state.staff[e.approvedBy]?.publicKey))
+                        try requested == e.planDigest && Self.verifies(e.signature, e.planDigest.bytes, key: state.staff[e.approvedBy]?.publicKey))
                 default:
                     break
                 }
@@ -424,24 +424,28 @@ extension Ledger {
     // MARK: Helpers
 
     /// SHA-256 of the plan's canonical bytes.
-    public static func digest(of plan: TransferPlan) -> Digest32 {
-        Digest32(Digest.sha256(plan.canonicalBytes)) ?? .zero
+    public static func digest(of plan: TransferPlan) throws -> Digest32 {
+        guard let digest = Digest32(try Digest.sha256(plan.canonicalBytes)) else {
+            throw CryptoError("SHA-256", detail: "the digest is not 32 bytes")
+        }
+        return digest
     }
 
-    static func verifies(_ signature: [UInt8], _ message: [UInt8], key: [UInt8]?) -> Bool {
+    /// Whether `signature` by the staff key `key` (nil: not enrolled) is valid; throws only when libcrypto fails.
+    static func verifies(_ signature: [UInt8], _ message: [UInt8], key: [UInt8]?) throws -> Bool {
         guard let key, let publicKey = try? Ed25519PublicKey(rawRepresentation: key) else { return false }
-        return publicKey.isValidSignature(signature, for: message)
+        return try publicKey.isValidSignature(signature, for: message)
     }
 
     /// The recorded signatures of a case checked again against the current roster.
-    static func signatureFacts(_ transfer: TransferCase?, state: LedgerState) -> TransferDecider.SignatureFacts {
+    static func signatureFacts(_ transfer: TransferCase?, state: LedgerState) throws -> TransferDecider.SignatureFacts {
         guard let transfer else { return TransferDecider.SignatureFacts(planDigestMatches: false, requestSignatureValid: false) }
         let request = transfer.request
         let digest = request.planDigest.bytes
         return TransferDecider.SignatureFacts(
-            planDigestMatches: Self.digest(of: request.plan) == request.planDigest,
-            requestSignatureValid: verifies(request.signature, digest, key: state.staff[request.requestedBy]?.publicKey),
-            approvalSignatureValid: transfer.approval.map { verifies($0.signature, digest, key: state.staff[$0.approvedBy]?.publicKey) })
+            planDigestMatches: try Self.digest(of: request.plan) == request.planDigest,
+            requestSignatureValid: try verifies(request.signature, digest, key: state.staff[request.requestedBy]?.publicKey),
+            approvalSignatureValid: try transfer.approval.map { try verifies($0.signature, digest, key: state.staff[$0.approvedBy]?.publicKey) })
     }
 
     /// The case, its lineage and the accounts the transfer touches.
@@ -478,8 +482,8 @@ extension Ledger {
     {
         guard !events.isEmpty else { return ([], []) }
         let head = try session.reader.head().sequence
-        let pending = events.enumerated().map { index, event in
-            PendingEvent(eventId: store.keys.eventId(batch: "support|\(batch)|after \(head)", index: index), recordedAt: at, event: event)
+        let pending = try events.enumerated().map { index, event in
+            PendingEvent(eventId: try store.keys.eventId(batch: "support|\(batch)|after \(head)", index: index), recordedAt: at, event: event)
         }
         let result = try session.append(pending)
         try session.saveState(from: before, to: StateProjection.fold(events, into: before))

@@ -290,8 +290,8 @@ struct DisputeCommand: Subcommand {
             if !verified.withheld.isEmpty { summary["withheld"] = verified.withheld }
             console.out(JSONLine.render(summary))
             return .success
-        } catch {
-            console.out(JSONLine.render(["verified": false, "error": error.message]))
+        } catch let failure as DisputeBundle.Failure {
+            console.out(JSONLine.render(["verified": false, "error": failure.message]))
             return .verificationFailed
         }
     }

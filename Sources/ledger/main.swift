@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCrypto
 import LedgerStore
 
 /// Every subcommand, in the order `ledger --help` lists them.
@@ -48,6 +49,9 @@ do {
     exit(error.code.rawValue)
 } catch let error as LedgerStoreError {
     console.err("error: \(error)")
+    exit(ExitCode.storeError.rawValue)
+} catch let error as CryptoError {
+    console.err("error: libcrypto failed: \(error) (check the OpenSSL installation and OPENSSL_CONF)")
     exit(ExitCode.storeError.rawValue)
 } catch {
     console.err("error: \(error)")

@@ -255,7 +255,7 @@ import Testing
 
     @Test func appleRootG3IsEmbedded() throws {
         #expect(
-            Digest.sha256(AppleRootCertificates.appleRootCAG3).hex.uppercased()
+            try Digest.sha256(AppleRootCertificates.appleRootCAG3).hex.uppercased()
                 == "63343ABFB89A6A03EBB57E9B3F5FA7BE7C4F5C756F3017B3A8C488C3653E9179")
         #expect(AppleRootCertificates.appleRootCAG3 == (try Vectors.der("certs/AppleRootCA-G3.cer")))
         #expect(VerifierConfiguration(bundleId: "b", environment: .sandbox).rootCertificates == [AppleRootCertificates.appleRootCAG3])

@@ -143,7 +143,7 @@ enum Samples {
         #expect(trail.last?.sequence == 19)
     }
 
-    @Test func theInvariantCheckerFlagsABindingThatMovesWithoutATransfer() {
+    @Test func theInvariantCheckerFlagsABindingThatMovesWithoutATransfer() throws {
         var records: [Record] = []
         func add(_ event: LedgerEvent) {
             records.append(
@@ -159,7 +159,7 @@ enum Samples {
         let other = LineageKey(S.digest(0xB2))
         add(.transactionSubmitted(TransactionSubmitted(kind: .purchase, account: S.bob, lineage: other, transaction: familyFacts)))
         add(.lineageBound(lineage: other, account: S.bob))
-        let violations = InvariantChecker.check(records)
+        let violations = try InvariantChecker.check(records)
         #expect(violations.contains { $0.invariant == 1 && $0.sequence == 4 })
         #expect(violations.contains { $0.invariant == 2 && $0.sequence == 4 })
         #expect(violations.contains { $0.invariant == 3 && $0.sequence == 5 })

@@ -63,7 +63,7 @@ func checkpointErrorMessage(
         #expect(parsed == checkpoint)
         #expect(signatures.count == 1)
         #expect(signatures.first?.keyName == "ledger.example.com/log")
-        #expect(signatures.first?.keyHash == key.publicKey.keyHash(name: "ledger.example.com/log"))
+        #expect(try signatures.first?.keyHash == key.publicKey.keyHash(name: "ledger.example.com/log"))
         #expect(signatures.first?.signature == (try key.sign(Array(checkpoint.body.utf8))))
     }
 
@@ -108,7 +108,7 @@ func checkpointErrorMessage(
         let checkpoint = try sampleCheckpoint()
         let text = try checkpoint.signed(by: key, keyName: "log")
 
-        let otherHash = other.publicKey.keyHash(name: "log")
+        let otherHash = try other.publicKey.keyHash(name: "log")
         let message = checkpointErrorMessage { _ = try Checkpoint.verify(text, publicKey: other.publicKey, keyName: "log") }
         #expect(message == "no signature by key log with hash \(toHex(otherHash))")
 
@@ -119,7 +119,7 @@ func checkpointErrorMessage(
         let forgedSignature = try other.sign(Array(checkpoint.body.utf8))
         let forged =
             checkpoint.body + "\n\u{2014} log "
-            + Data(key.publicKey.keyHash(name: "log") + forgedSignature).base64EncodedString() + "\n"
+            + Data(try key.publicKey.keyHash(name: "log") + forgedSignature).base64EncodedString() + "\n"
         let forgedMessage = checkpointErrorMessage { _ = try Checkpoint.verify(forged, publicKey: key.publicKey, keyName: "log") }
         #expect(forgedMessage == "signature does not verify")
     }
@@ -232,7 +232,7 @@ func checkpointErrorMessage(
     }
 
     @Test func invalidFieldsAreRejectedWhenBuilding() throws {
-        let root = MerkleTree.emptyRoot
+        let root = try MerkleTree.emptyRoot
         #expect(throws: CheckpointError.self) { try Checkpoint(origin: "", size: 1, rootHash: root) }
         #expect(throws: CheckpointError.self) { try Checkpoint(origin: "a\nb", size: 1, rootHash: root) }
         #expect(throws: CheckpointError.self) { try Checkpoint(origin: "a\rb", size: 1, rootHash: root) }

@@ -223,7 +223,7 @@ import Testing
         let t = Fixtures.start
         _ = submit.respond(to: Fixtures.line(["type": "purchase", "account": "ann", "transaction": Fixtures.transaction("77", at: t), "at": t]))
         _ = submit.respond(to: Fixtures.line(["type": "delete-account", "account": "ann", "at": t + 1]))
-        let lineage = ledger.lineage(originalTransactionId: "77")
+        let lineage = try ledger.lineage(originalTransactionId: "77")
         #expect(try ledger.replayLineage(originalTransactionId: "77").isEmpty == false)
         let tombstone = try #require(
             try ledger.store.records().first { if case .lineageTombstoned = $0.event { return true } else { return false } })

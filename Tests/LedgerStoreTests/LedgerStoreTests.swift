@@ -17,11 +17,11 @@ enum RecordFixtures {
 
     func newStore() throws -> LedgerStore { try LedgerStore.create(at: directory.path("store"), configuration: [1, 2, 3]) }
 
-    func event(_ index: Int, lineage: LineageKey? = nil, product: String = "com.myrecipes.premium.monthly") -> PendingEvent {
-        let lineage = lineage ?? LineageKey(Digest32(Digest.sha256(Array("lineage-\(index)".utf8))) ?? .zero)
-        let account = AccountID(Array(Digest.sha256(Array("account-\(index)".utf8)).prefix(16)))
+    func event(_ index: Int, lineage: LineageKey? = nil, product: String = "com.myrecipes.premium.monthly") throws -> PendingEvent {
+        let lineage = try lineage ?? LineageKey(Digest32(Digest.sha256(Array("lineage-\(index)".utf8))) ?? .zero)
+        let account = try AccountID(Array(Digest.sha256(Array("account-\(index)".utf8)).prefix(16)))
         return PendingEvent(
-            eventId: Digest32(Digest.sha256(Array("event-\(index)".utf8))) ?? .zero, recordedAt: 1_000 + Int64(index),
+            eventId: Digest32(try Digest.sha256(Array("event-\(index)".utf8))) ?? .zero, recordedAt: 1_000 + Int64(index),
             event: .entitlementGranted(
                 EntitlementGranted(
                     lineage: lineage, account: account ?? RecordFixtures.someAccount, productId: product,
@@ -57,7 +57,7 @@ enum RecordFixtures {
         let store = try newStore()
         defer { directory.remove() }
         try store.append([event(1)])
-        var changed = event(1, product: "com.myrecipes.premium.yearly")
+        var changed = try event(1, product: "com.myrecipes.premium.yearly")
         changed.recordedAt = 9
         #expect(throws: LedgerStoreError.conflictingEvent(eventId: changed.eventId, sequence: 1)) {
             try store.append([changed])
@@ -85,7 +85,7 @@ enum RecordFixtures {
         let before = store.environment.mapSize
         let big = String(repeating: "x", count: 20_000)
         for batch in 0..<20 {
-            try store.append((0..<50).map { event(batch * 50 + $0, product: big) })
+            try store.append((0..<50).map { try event(batch * 50 + $0, product: big) })
         }
         #expect(store.environment.mapSize > before)
         #expect(try store.head().sequence == 1_000)
@@ -94,7 +94,7 @@ enum RecordFixtures {
 
     @Test func aFlippedByteIsReportedWithItsSequenceNumber() throws {
         let store = try newStore()
-        try store.append((1...5).map { event($0, product: "product-\($0)-marker") })
+        try store.append((1...5).map { try event($0, product: "product-\($0)-marker") })
         let dataFile = directory.path("store/data.mdb")
         var data = try Data(contentsOf: dataFile)
         // Flip the marker wherever LMDB keeps a copy of the page (old copies linger in free pages).
@@ -158,12 +158,12 @@ enum RecordFixtures {
         let store = try newStore()
         defer { directory.remove() }
         let keys = store.keys
-        let a = keys.lineage(environment: "Production", originalTransactionId: "1000")
-        #expect(a == keys.lineage(environment: "Production", originalTransactionId: "1000"))
-        #expect(a != keys.lineage(environment: "Sandbox", originalTransactionId: "1000"))
-        #expect(a != keys.lineage(environment: "Production", originalTransactionId: "1001"))
+        let a = try keys.lineage(environment: "Production", originalTransactionId: "1000")
+        #expect(try a == keys.lineage(environment: "Production", originalTransactionId: "1000"))
+        #expect(try a != keys.lineage(environment: "Sandbox", originalTransactionId: "1000"))
+        #expect(try a != keys.lineage(environment: "Production", originalTransactionId: "1001"))
         let other = try LedgerStore.create(at: directory.path("other"), configuration: [])
-        #expect(a != other.keys.lineage(environment: "Production", originalTransactionId: "1000"))
+        #expect(try a != other.keys.lineage(environment: "Production", originalTransactionId: "1000"))
     }
 }
 
@@ -198,7 +198,7 @@ enum RecordFixtures {
         defer { directory.remove() }
         let t = Fixtures.start
         _ = try ledger.submit(.transaction(.purchase, uid: "alice", try Fixtures.payload(Fixtures.transaction("1", at: t)), .trustedDecoded), at: t)
-        let lineage = ledger.lineage(originalTransactionId: "1")
+        let lineage = try ledger.lineage(originalTransactionId: "1")
         // Rewrite the lineage's persisted state as unbound, behind the ledger's back.
         try ledger.store.environment.write { txn in
             try txn.put(LedgerStore.Database.readModels, ReadModel.lineageKey(lineage), [0, 0])

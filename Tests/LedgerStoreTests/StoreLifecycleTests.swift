@@ -49,8 +49,8 @@ import Testing
         try FileManager.default.removeItem(at: keyFile)
         let other = try SigningKey.create(at: keyFile)
         let expected = LedgerStoreError.wrongSigningKey(
-            path: keyFile.path, recorded: Digest.sha256(original.publicKey.rawRepresentation).hex,
-            found: Digest.sha256(other.publicKey.rawRepresentation).hex)
+            path: keyFile.path, recorded: try Digest.sha256(original.publicKey.rawRepresentation).hex,
+            found: try Digest.sha256(other.publicKey.rawRepresentation).hex)
         #expect(throws: expected) { try store.signingKey() }
         #expect(expected.description.contains("does not match the signing key this store recorded"))
         #expect(expected.code == "signing-key-file")

@@ -136,9 +136,11 @@ public enum LedgerBinary {
         return packageRoot.appendingPathComponent(".build/debug/ledger")
     }
 
-    /// Runs `ledger arguments…` with `stdin`, waiting for it to exit.
-    public static func run(_ arguments: [String], stdin: String = "", currentDirectory: URL? = nil) throws -> Result {
-        try run(arguments, stdinData: Data(stdin.utf8), currentDirectory: currentDirectory)
+    /// Runs `ledger arguments…` with `stdin`, waiting for it to exit; `environment` is added to this process's.
+    public static func run(
+        _ arguments: [String], stdin: String = "", currentDirectory: URL? = nil, environment: [String: String] = [:]
+    ) throws -> Result {
+        try start(arguments, stdinData: Data(stdin.utf8), currentDirectory: currentDirectory, environment: environment).wait()
     }
 
     /// Runs `ledger arguments…` with raw bytes on standard input.
@@ -172,12 +174,16 @@ public enum LedgerBinary {
         try start(arguments, stdinData: Data(stdin.utf8), currentDirectory: currentDirectory)
     }
 
-    /// Starts `ledger arguments…` with raw bytes on standard input, without waiting.
-    public static func start(_ arguments: [String], stdinData: Data, currentDirectory: URL? = nil) throws -> Running {
+    /// Starts `ledger arguments…` with raw bytes on standard input, without waiting; `environment` is added to
+    /// this process's.
+    public static func start(
+        _ arguments: [String], stdinData: Data, currentDirectory: URL? = nil, environment: [String: String] = [:]
+    ) throws -> Running {
         let process = Process()
         process.executableURL = url
         process.arguments = arguments
         if let currentDirectory { process.currentDirectoryURL = currentDirectory }
+        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         let input = Pipe()
         let out = Pipe()
         let err = Pipe()

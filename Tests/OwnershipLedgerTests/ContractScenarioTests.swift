@@ -96,7 +96,7 @@ import Testing
             decision
                 == .decisionIssued(
                     DecisionIssued(
-                        reason: .boundToAnotherAccount, lineage: ledger.lineage(originalTransactionId: "1001"),
+                        reason: .boundToAnotherAccount, lineage: try ledger.lineage(originalTransactionId: "1001"),
                         account: try ledger.store.read { try $0.pseudonym(ofUID: "bob") })))
         try expectIntact()
     }

@@ -64,7 +64,7 @@ import Testing
     /// The products `uid` is entitled to through lineage 1001 at `at`, judged on the present state.
     func activeProducts(_ uid: String, at: Int64) throws -> [String] {
         guard let account = try ledger.store.read({ try $0.pseudonym(ofUID: uid) }) else { return [] }
-        let lineage = ledger.lineage(originalTransactionId: "1001")
+        let lineage = try ledger.lineage(originalTransactionId: "1001")
         let state = try ledger.state(lineages: [lineage], accounts: [account], asOf: nil).lineage(lineage)
         guard let entitlement = state.activeEntitlement(at: at), entitlement.account == account else { return [] }
         return [entitlement.productId]

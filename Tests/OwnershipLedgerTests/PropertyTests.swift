@@ -57,7 +57,7 @@ import Testing
             if response["duplicate"] as? Bool == true { outcomes["duplicate", default: 0] += 1 }
 
             // Feed the new records to the checker and compare its fresh fold with the persisted models.
-            for record in try ledger.store.records(from: checked + 1) { checker.check(record) }
+            for record in try ledger.store.records(from: checked + 1) { try checker.check(record) }
             checked = try ledger.store.head().sequence
             #expect(checker.violations == [], "step \(step)")
             let persisted = try ledger.store.read { try $0.readModelEntries() }

@@ -210,7 +210,7 @@ import Testing
         // adam's genuine signature, but over another plan's digest.
         var other = try #require(request.plan)
         other.target = try #require(AccountID([UInt8](repeating: 9, count: 16)))
-        let otherDigest = Ledger.digest(of: other)
+        let otherDigest = try Ledger.digest(of: other)
         try appendRaw(
             [.transferApproved(TransferApproved(caseId: "C-1", planDigest: digest, approvedBy: "adam", signature: try adam.sign(otherDigest.bytes)))],
             at: t + 2 * day)
@@ -290,7 +290,7 @@ import Testing
         let applied = try ledger.applyTransfer(caseId: "C-1", staff: "olivia", key: olivia, at: t + 3 * day)
         #expect(applied.accepted, "\(applied.refusalReason ?? "")")
         #expect(applied.appended.count == 2)
-        let lineage = ledger.lineage(originalTransactionId: "1001")
+        let lineage = try ledger.lineage(originalTransactionId: "1001")
         let alice = try #require(try ledger.store.read { try $0.pseudonym(ofUID: "alice") })
         #expect(applied.appended.first == .entitlementEnded(lineage: lineage, account: alice, reason: .transferred))
         #expect(try ledger.binding(originalTransactionId: "1001").uid == "bob")
@@ -396,7 +396,7 @@ import Testing
         let applied = try head()
         #expect(report.violations.contains { $0.invariant == 5 && $0.sequence == applied && $0.message.contains("approval") })
         // Without the signature checks the same history looks authorised: the signatures are what catch it.
-        #expect(!InvariantChecker.check(try ledger.store.records()).contains { $0.invariant == 5 })
+        #expect(try !InvariantChecker.check(try ledger.store.records()).contains { $0.invariant == 5 })
     }
 
     // MARK: The runbook through the binary

@@ -1,0 +1,79 @@
+import COpenSSL
+import Foundation
+import Testing
+
+@testable import LedgerCrypto
+
+@Suite struct DigestTests {
+    /// RFC 4231 §4.2–4.8 (test case 5, a truncated output, does not apply).
+    static let rfc4231: [(key: [UInt8], data: [UInt8], mac: String)] = [
+        ([UInt8](repeating: 0x0b, count: 20), Array("Hi There".utf8), "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"),
+        (Array("Jefe".utf8), Array("what do ya want for nothing?".utf8), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"),
+        (
+            [UInt8](repeating: 0xaa, count: 20), [UInt8](repeating: 0xdd, count: 50),
+            "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"
+        ),
+        (Array(1...25), [UInt8](repeating: 0xcd, count: 50), "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"),
+        (
+            [UInt8](repeating: 0xaa, count: 131), Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        ),
+        (
+            [UInt8](repeating: 0xaa, count: 131),
+            Array(
+                "This is a test using a larger than block-size key and a larger than block-size data. The key needs to be hashed before being used by the HMAC algorithm."
+                    .utf8),
+            "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"
+        ),
+    ]
+
+    @Test func hmacMatchesRFC4231() throws {
+        for (index, vector) in Self.rfc4231.enumerated() {
+            #expect(toHex(try Digest.hmacSHA256(key: vector.key, message: vector.data)) == vector.mac, "test case \(index + 1)")
+        }
+    }
+
+    /// The same bytes as libcrypto's one-shot `HMAC()`, for keys around the 64-byte block size and messages of every length class.
+    @Test func hmacAgreesWithLibcrypto() throws {
+        var random = SystemRandomNumberGenerator()
+        for keyLength in [0, 1, 31, 32, 63, 64, 65, 127, 128, 200] {
+            for messageLength in [0, 1, 55, 56, 63, 64, 65, 1000] {
+                let key = (0..<keyLength).map { _ in UInt8.random(in: 0...255, using: &random) }
+                let message = (0..<messageLength).map { _ in UInt8.random(in: 0...255, using: &random) }
+                var expected = [UInt8](repeating: 0, count: 32)
+                var length: UInt32 = 0
+                _ = HMAC(EVP_sha256(), key, Int32(keyLength), message, messageLength, &expected, &length)
+                #expect(length == 32)
+                #expect(try Digest.hmacSHA256(key: key, message: message) == expected, "key \(keyLength) bytes, message \(messageLength)")
+            }
+        }
+    }
+
+    @Test func sha256OfPartsIsTheHashOfTheirConcatenation() throws {
+        #expect(toHex(try Digest.sha256([])) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(toHex(try Digest.sha256(Array("abc".utf8))) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(try Digest.sha256(Array("a".utf8), [], Array("bc".utf8)) == Digest.sha256(Array("abc".utf8)))
+    }
+
+    /// Lengths libcrypto takes as `int` are checked: a length over 2 GiB is a thrown error, not a trap.
+    @Test func lengthsOverInt32AreErrorsNotTraps() throws {
+        #expect(try int32Length(Int(Int32.max), "op") == Int32.max)
+        let error = try #require(throws: CryptoError.self) { try int32Length(Int(Int32.max) + 1, "EVP_EncryptUpdate") }
+        #expect(error.description == "EVP_EncryptUpdate failed: 2147483648 bytes is more than it accepts (2147483647)")
+        #expect(throws: CryptoError.self) { try Digest.randomBytes(Int(Int32.max) + 1) }
+    }
+
+    /// A short or wrong key, or a sealed value too short to hold nonce and tag, is an error naming the problem.
+    @Test func sealedBoxRefusesBadKeysAndShortValues() throws {
+        let key = try Digest.randomBytes(32)
+        let sealed = try SealedBox.seal(Array("uid".utf8), key: key)
+        #expect(try SealedBox.open(sealed, key: key) == Array("uid".utf8))
+        let shortKey = try #require(throws: CryptoError.self) { try SealedBox.seal([1], key: [1, 2]) }
+        #expect(shortKey.description == "AES-GCM seal failed: the key is 2 bytes, not 32")
+        let short = try #require(throws: CryptoError.self) { try SealedBox.open(Array(sealed.prefix(27)), key: key) }
+        #expect(short.description == "AES-GCM open failed: the sealed value is 27 bytes, shorter than nonce and tag")
+        var tampered = sealed
+        tampered[13] ^= 1
+        #expect(throws: CryptoError.self) { try SealedBox.open(tampered, key: key) }
+    }
+}

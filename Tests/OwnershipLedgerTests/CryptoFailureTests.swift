@@ -1,0 +1,69 @@
+import Foundation
+import LedgerTestSupport
+import Testing
+
+/// A broken libcrypto, here an OpenSSL configuration whose only provider is the null provider (every algorithm
+/// fetch fails), is reported as what it is, through the binary: never as a wrong key file, a damaged record or a
+/// signature that does not verify, and it changes nothing.
+@Suite struct CryptoFailureTests {
+    let directory = TemporaryDirectory("ledger-crypto-failure")
+    var store: String { directory.path("store").path }
+
+    func brokenOpenSSL() throws -> [String: String] {
+        let config = directory.path("null-provider.cnf")
+        try """
+        openssl_conf = openssl_init
+        [openssl_init]
+        providers = provider_sect
+        [provider_sect]
+        null = null_sect
+        [null_sect]
+        activate = 1
+
+        """.write(to: config, atomically: true, encoding: .utf8)
+        return ["OPENSSL_CONF": config.path]
+    }
+
+    func expectLibcryptoFailure(_ result: LedgerBinary.Result, _ command: String) {
+        #expect(result.status == 3, "\(command): \(result.stdout) \(result.stderr)")
+        #expect(result.stderr.contains("error: libcrypto failed: "), "\(command): \(result.stderr)")
+        #expect(!result.stderr.contains("key file") && !result.stderr.contains("corrupt"), "\(command): \(result.stderr)")
+        #expect(!result.stdout.contains("\"verified\":false"), "\(command): \(result.stdout)")
+    }
+
+    @Test func aStoreOpenedWithoutSHA256ReportsLibcryptoNotAWrongKeyAndChangesNothing() throws {
+        defer { directory.remove() }
+        #expect(try LedgerBinary.run(["init", "--store", store, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"]).status == 0)
+        let purchase = Fixtures.line([
+            "type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1", at: Fixtures.start), "at": Fixtures.start,
+        ])
+        #expect(try LedgerBinary.run(["submit", "--trust-decoded", "--store", store], stdin: purchase + "\n").status == 0)
+        let bundle = directory.path("bundle.json").path
+        let publicKey = directory.path("signing.pub").path
+        #expect(try LedgerBinary.run(["dispute", "export", "--original-transaction-id", "1", "--out", bundle, "--store", store]).status == 0)
+        #expect(try LedgerBinary.run(["signing-key", "--out", publicKey, "--store", store]).status == 0)
+        let before = try Data(contentsOf: directory.path("store/data.mdb"))
+
+        let broken = try brokenOpenSSL()
+        for arguments in [
+            ["verify", "--store", store], ["binding", "--original-transaction-id", "1", "--store", store],
+            ["checkpoint", "--out", directory.path("cp.txt").path, "--store", store],
+            ["submit", "--trust-decoded", "--store", store], ["dispute", "verify", bundle, "--public-key", publicKey],
+        ] {
+            expectLibcryptoFailure(try LedgerBinary.run(arguments, stdin: purchase + "\n", environment: broken), arguments[0])
+        }
+        #expect(try Data(contentsOf: directory.path("store/data.mdb")) == before)
+        let verified = try LedgerBinary.run(["verify", "--store", store])
+        #expect(verified.status == 0, "\(verified.stdout) \(verified.stderr)")
+        #expect(try LedgerBinary.run(["dispute", "verify", bundle, "--public-key", publicKey]).status == 0)
+    }
+
+    @Test func initWithoutRandomBytesLeavesNoLedger() throws {
+        defer { directory.remove() }
+        let arguments = ["init", "--store", store, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"]
+        expectLibcryptoFailure(try LedgerBinary.run(arguments, environment: try brokenOpenSSL()), "init")
+        #expect(!FileManager.default.fileExists(atPath: directory.path("store/ledger.key").path))
+        let result = try LedgerBinary.run(arguments)
+        #expect(result.status == 0, "\(result.stderr)")
+    }
+}
