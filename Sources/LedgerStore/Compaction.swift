@@ -24,9 +24,10 @@ final class StoreLock: @unchecked Sendable {
         var fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         if fd < 0 { fd = open(path, O_RDONLY | O_CLOEXEC) }
         guard fd >= 0 else {
-            guard mode == .shared else {
-                throw LedgerStoreError.corrupt("could not open the lock file \(path): \(String(cString: strerror(errno)))")
-            }
+            // Shared and the file cannot be created (a read-only directory): open unlocked. A lock file that
+            // exists but may not be opened, or any exclusive case, is an error naming the file.
+            let code = errno
+            guard mode == .shared, code == ENOENT || code == EROFS else { throw FileAccess.failure("open", path, code) }
             descriptor = -1
             return
         }
@@ -54,7 +55,7 @@ final class StoreLock: @unchecked Sendable {
             let code = errno
             if code == EINTR { continue }
             if code == EWOULDBLOCK { throw busy }
-            throw LedgerStoreError.corrupt("could not lock \(directory.appendingPathComponent(fileName).path): \(String(cString: strerror(code)))")
+            throw FileAccess.failure("lock", directory.appendingPathComponent(fileName).path, code)
         }
     }
 
@@ -68,7 +69,7 @@ final class StoreLock: @unchecked Sendable {
         let fd = open(path, O_RDWR | O_CLOEXEC)
         guard fd >= 0 else {
             if errno == ENOENT { return false }
-            throw LedgerStoreError.corrupt("could not open \(path): \(String(cString: strerror(errno)))")
+            throw FileAccess.failure("open (read-write)", path, errno)
         }
         defer { close(fd) }
         var query = flock()
@@ -77,7 +78,7 @@ final class StoreLock: @unchecked Sendable {
         query.l_start = 0
         query.l_len = 1
         guard fcntl(fd, F_GETLK, &query) == 0 else {
-            throw LedgerStoreError.corrupt("could not query the locks of \(path): \(String(cString: strerror(errno)))")
+            throw FileAccess.failure("query the locks of", path, errno)
         }
         return query.l_type != Int16(F_UNLCK)
     }
@@ -105,28 +106,28 @@ extension LedgerStore {
     /// - Complexity: O(live pages).
     public static func compact(at directory: URL) throws -> CompactionResult {
         let dataFile = directory.appendingPathComponent("data.mdb")
-        if let detail = interruptedInit(in: directory) {
+        if let detail = try interruptedInit(in: directory) {
             throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
         }
-        guard FileManager.default.fileExists(atPath: dataFile.path) else {
+        guard try FileAccess.exists(dataFile.path) else {
             throw LedgerStoreError.notInitialized(directory: directory.path)
         }
         let lock = try StoreLock(directory: directory, mode: .exclusive, busy: .storeInUse(directory: directory.path))
         guard try !StoreLock.otherProcessHasEnvironmentOpen(in: directory) else {
             throw LedgerStoreError.storeInUse(directory: directory.path)
         }
-        let bytesBefore = try fileSize(dataFile)
+        let bytesBefore = try FileAccess.size(dataFile.path)
         let temporary = directory.appendingPathComponent(compactionDirectoryName)
         try removeLeftoverCopy(temporary)
         guard mkdir(temporary.path, 0o700) == 0 else {
-            throw LedgerStoreError.corrupt("could not create \(temporary.path): \(String(cString: strerror(errno)))")
+            throw FileAccess.failure("create the directory", temporary.path, errno)
         }
         let copy = temporary.appendingPathComponent("data.mdb")
         do {
             try copyCompacted(directory: directory, lock: lock, to: temporary)
             // LMDB creates the copy with mode 0666 less the umask: keep the original's 0600.
             guard chmod(copy.path, 0o600) == 0 else {
-                throw LedgerStoreError.corrupt("could not set the mode of \(copy.path): \(String(cString: strerror(errno)))")
+                throw FileAccess.failure("set the mode of", copy.path, errno)
             }
             try syncFile(copy)
             // The environment of this process is closed again: check once more for another one.
@@ -134,7 +135,7 @@ extension LedgerStore {
                 throw LedgerStoreError.storeInUse(directory: directory.path)
             }
             guard rename(copy.path, dataFile.path) == 0 else {
-                throw LedgerStoreError.corrupt("could not replace \(dataFile.path): \(String(cString: strerror(errno)))")
+                throw FileAccess.failure("rename \(copy.path) over", dataFile.path, errno)
             }
             try syncFile(directory)
         } catch {
@@ -142,7 +143,7 @@ extension LedgerStore {
             throw error
         }
         try removeLeftoverCopy(temporary)
-        return CompactionResult(bytesBefore: bytesBefore, bytesAfter: try fileSize(dataFile))
+        return CompactionResult(bytesBefore: bytesBefore, bytesAfter: try FileAccess.size(dataFile.path))
     }
 
     /// Opens the store under the exclusive `lock` (checking its key and format) and writes the
@@ -154,30 +155,21 @@ extension LedgerStore {
 
     /// Removes the temporary copy of an earlier compaction (only the files LMDB writes there).
     private static func removeLeftoverCopy(_ temporary: URL) throws {
-        guard FileManager.default.fileExists(atPath: temporary.path) else { return }
+        guard try FileAccess.exists(temporary.path) else { return }
         for name in ["data.mdb", "lock.mdb"] {
             let path = temporary.appendingPathComponent(name).path
-            if FileManager.default.fileExists(atPath: path) { unlink(path) }
+            guard unlink(path) == 0 || errno == ENOENT else { throw FileAccess.failure("remove (left by an earlier compaction)", path, errno) }
         }
         guard rmdir(temporary.path) == 0 else {
-            throw LedgerStoreError.corrupt(
-                "could not remove \(temporary.path) left by an earlier compaction: \(String(cString: strerror(errno))); remove it by hand")
+            throw FileAccess.failure("remove (left by an earlier compaction)", temporary.path, errno)
         }
-    }
-
-    private static func fileSize(_ url: URL) throws -> Int {
-        var info = stat()
-        guard stat(url.path, &info) == 0 else {
-            throw LedgerStoreError.corrupt("could not read the size of \(url.path): \(String(cString: strerror(errno)))")
-        }
-        return Int(info.st_size)
     }
 
     /// `fsync` of a file or a directory (for a directory: its entries, after a rename).
     static func syncFile(_ url: URL) throws {
         let fd = open(url.path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw LedgerStoreError.corrupt("could not open \(url.path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw FileAccess.failure("open", url.path, errno) }
         defer { close(fd) }
-        guard fsync(fd) == 0 else { throw LedgerStoreError.corrupt("could not sync \(url.path): \(String(cString: strerror(errno)))") }
+        guard fsync(fd) == 0 else { throw FileAccess.failure("sync", url.path, errno) }
     }
 }

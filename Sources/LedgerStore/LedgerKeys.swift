@@ -58,25 +58,15 @@ public struct LedgerKeys: Sendable {
 
     static func create(at url: URL) throws -> LedgerKeys {
         let secret = try Digest.randomBytes(32)
-        let fd = open(url.path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        guard fd >= 0 else { throw LedgerStoreError.alreadyInitialized(directory: url.deletingLastPathComponent().path) }
-        defer { close(fd) }
-        let text = Array((secret.hex + "\n").utf8)
-        guard write(fd, text, text.count) == text.count, fsync(fd) == 0 else {
-            throw LedgerStoreError.corrupt("could not write \(url.path): \(String(cString: strerror(errno)))")
-        }
+        try FileAccess.createKeyFile(url, contents: Array((secret.hex + "\n").utf8))
         return try LedgerKeys(secret: secret)
     }
 
     static func load(from url: URL) throws -> LedgerKeys {
-        var info = stat()
-        guard stat(url.path, &info) == 0 else { throw LedgerStoreError.missingKey(path: url.path) }
-        let mode = UInt16(info.st_mode & 0o777)
-        guard mode & 0o077 == 0 else { throw LedgerStoreError.keyReadableByOthers(path: url.path, mode: mode) }
-        guard let data = FileManager.default.contents(atPath: url.path),
-            let secret = [UInt8](hex: String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)),
-            secret.count == 32
-        else { throw LedgerStoreError.malformedKey(path: url.path) }
+        let text = String(decoding: try FileAccess.readKeyFile(url), as: UTF8.self)
+        guard let secret = [UInt8](hex: text.trimmingCharacters(in: .whitespacesAndNewlines)), secret.count == 32 else {
+            throw LedgerStoreError.malformedKey(path: url.path)
+        }
         return try LedgerKeys(secret: secret)
     }
 }

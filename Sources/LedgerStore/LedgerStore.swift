@@ -80,8 +80,7 @@ public final class LedgerStore: @unchecked Sendable {
 
     /// ``create(at:configuration:)`` with a map of `initialMapSize` bytes (tests grow small maps).
     static func create(at directory: URL, configuration: [UInt8], initialMapSize: Int) throws -> LedgerStore {
-        try FileManager.default.createDirectory(
-            at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileAccess.createDirectories(directory)
         let lock = try lockForCreating(directory)
         let keyFile = directory.appendingPathComponent(LedgerKeys.fileName)
         let signingKeyFile = directory.appendingPathComponent(SigningKey.fileName)
@@ -99,7 +98,7 @@ public final class LedgerStore: @unchecked Sendable {
         }
         for (partial, final) in [(partialKeyFile, keyFile), (partialSigningKeyFile, signingKeyFile)] {
             guard rename(partial.path, final.path) == 0 else {
-                throw LedgerStoreError.corrupt("could not rename \(partial.path) to \(final.lastPathComponent): \(String(cString: strerror(errno)))")
+                throw FileAccess.failure("rename \(partial.path) to \(final.lastPathComponent) in", directory.path, errno)
             }
         }
         try syncFile(directory)
@@ -110,17 +109,17 @@ public final class LedgerStore: @unchecked Sendable {
     /// The exclusive lock `create` holds until the store is complete, so a concurrent init or compact
     /// is refused. Throws when `directory` already holds a store, complete or not.
     private static func lockForCreating(_ directory: URL) throws -> StoreLock {
-        if let detail = interruptedInit(in: directory) {
+        if let detail = try interruptedInit(in: directory) {
             throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
         }
         let dataFile = directory.appendingPathComponent("data.mdb").path
-        guard FileManager.default.fileExists(atPath: dataFile) else {
+        guard try FileAccess.exists(dataFile) else {
             let lock = try StoreLock(directory: directory, mode: .exclusive, busy: .storeBusy(directory: directory.path))
             // Another init may have finished meanwhile.
-            if let detail = interruptedInit(in: directory) {
+            if let detail = try interruptedInit(in: directory) {
                 throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
             }
-            if FileManager.default.fileExists(atPath: dataFile) { throw LedgerStoreError.alreadyInitialized(directory: directory.path) }
+            if try FileAccess.exists(dataFile) { throw LedgerStoreError.alreadyInitialized(directory: directory.path) }
             return lock
         }
         // A store in use is a working ledger. Otherwise (nobody has it open, so opening the environment
@@ -134,7 +133,7 @@ public final class LedgerStore: @unchecked Sendable {
         }
         let notALedger = LedgerStoreError.corrupt(
             "\(dataFile) is not a ledger (empty, another program's LMDB store, or damaged): left unchanged; choose another --store")
-        guard ((try? FileManager.default.attributesOfItem(atPath: dataFile))?[.size] as? Int ?? 0) > 0 else { throw notALedger }
+        guard try FileAccess.size(dataFile) > 0 else { throw notALedger }
         let hasMetadata: Bool
         do {
             let environment = try LMDBEnvironment(
@@ -142,6 +141,8 @@ public final class LedgerStore: @unchecked Sendable {
             hasMetadata = try environment.read { txn in try txn.get(Database.meta, Meta.formatVersion) } != nil
         } catch let error as LMDBError where error.isNotFound {
             throw notALedger
+        } catch let error as LMDBError where error.code == EACCES || error.code == EPERM {
+            throw FileAccess.deniedEnvironment(in: directory, code: error.code)
         }
         withExtendedLifetime(lock) {}  // held until the environment above is closed
         guard hasMetadata else {
@@ -154,14 +155,15 @@ public final class LedgerStore: @unchecked Sendable {
         "data.mdb holds no ledger metadata; if this directory held a working ledger, restore data.mdb from your backup instead"
 
     /// What is left of an interrupted `create` in `directory`, described for
-    /// ``LedgerStoreError/incompleteInit(directory:detail:)``; nil when there is no sign of one.
-    static func interruptedInit(in directory: URL) -> String? {
-        let files = FileManager.default
+    /// ``LedgerStoreError/incompleteInit(directory:detail:)``; nil when there is no sign of one. Throws when
+    /// the directory cannot be searched (``FileAccess/exists(_:)``).
+    static func interruptedInit(in directory: URL) throws -> String? {
+        func exists(_ name: String) throws -> Bool { try FileAccess.exists(directory.appendingPathComponent(name).path) }
         let keyFiles = [LedgerKeys.fileName, SigningKey.fileName]
-        let partials = keyFiles.map { $0 + partialSuffix }.filter { files.fileExists(atPath: directory.appendingPathComponent($0).path) }
+        let partials = try keyFiles.map { $0 + partialSuffix }.filter(exists)
         if !partials.isEmpty { return partials.joined(separator: " and ") + " left over" }
-        guard !files.fileExists(atPath: directory.appendingPathComponent("data.mdb").path) else { return nil }
-        let present = keyFiles.filter { files.fileExists(atPath: directory.appendingPathComponent($0).path) }
+        guard try !exists("data.mdb") else { return nil }
+        let present = try keyFiles.filter(exists)
         guard !present.isEmpty else { return nil }
         return present.joined(separator: " and ")
             + " without data.mdb; if data.mdb was lost rather than never written, restore it from your backup instead"
@@ -177,10 +179,10 @@ public final class LedgerStore: @unchecked Sendable {
 
     /// Opens an existing store under `lock`, or under a new shared lock when nil.
     convenience init(opening directory: URL, lock: StoreLock?) throws {
-        if let detail = Self.interruptedInit(in: directory) {
+        if let detail = try Self.interruptedInit(in: directory) {
             throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
         }
-        guard FileManager.default.fileExists(atPath: directory.appendingPathComponent("data.mdb").path) else {
+        guard try FileAccess.exists(directory.appendingPathComponent("data.mdb").path) else {
             throw LedgerStoreError.notInitialized(directory: directory.path)
         }
         let lock = try lock ?? StoreLock(directory: directory, mode: .shared, busy: .storeBusy(directory: directory.path))
@@ -213,7 +215,7 @@ public final class LedgerStore: @unchecked Sendable {
         self.keys = keys
         self.lock = lock
         let dataFile = directory.appendingPathComponent("data.mdb").path
-        if existing, ((try? FileManager.default.attributesOfItem(atPath: dataFile))?[.size] as? Int ?? 0) == 0 {
+        if existing, try FileAccess.size(dataFile) == 0 {
             throw LedgerStoreError.corrupt("\(dataFile) is empty: restore data.mdb from your backup")
         }
         do {
@@ -224,6 +226,8 @@ public final class LedgerStore: @unchecked Sendable {
             throw LedgerStoreError.corrupt(
                 "\(dataFile) holds no ledger metadata (another program's LMDB store, or a damaged file): left unchanged; restore data.mdb from your backup or choose another --store"
             )
+        } catch let error as LMDBError where error.code == EACCES || error.code == EPERM {
+            throw FileAccess.deniedEnvironment(in: directory, code: error.code)
         }
     }
 

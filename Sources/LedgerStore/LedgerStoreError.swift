@@ -1,3 +1,4 @@
+import Foundation
 public import LedgerCore
 
 /// Why a store operation failed. Each message says what was wrong and what to do.
@@ -25,6 +26,9 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
     /// The lineage changed since the caller decided.
     case staleLineageVersion(lineage: LineageKey, expected: UInt64, actual: UInt64)
     case corrupt(String)
+    /// A file or directory could not be used: `errno` says why (`EACCES`/`EPERM`: this user may not).
+    /// Built by ``FileAccess/failure(_:_:_:)``, which names the directory that blocks the way when there is one.
+    case fileAccess(path: String, operation: String, errno: Int32)
 
     /// A stable kebab-case code.
     public var code: String {
@@ -38,6 +42,7 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
         case .storeInUse, .storeBusy: "store-in-use"
         case .conflictingEvent, .staleLineageVersion: "conflict"
         case .corrupt: "corrupt"
+        case .fileAccess(_, _, let code): code == EACCES || code == EPERM ? "permission-denied" : "file-access"
         }
     }
 
@@ -73,6 +78,11 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
             "lineage \(lineage) is at version \(actual), not \(expected): another writer appended first; decide again"
         case .corrupt(let message):
             "the store is corrupt: \(message)"
+        case .fileAccess(let path, let operation, let code) where code == EACCES || code == EPERM:
+            "permission denied (\(FileAccess.name(of: code))): cannot \(operation) \(path) as \(FileAccess.currentUser): "
+                + "run the ledger as a user allowed to, or change the owner or mode of \(path)"
+        case .fileAccess(let path, let operation, let code):
+            "cannot \(operation) \(path): \(String(cString: strerror(code))) (\(FileAccess.name(of: code)))"
         }
     }
 }

@@ -113,7 +113,11 @@ public struct ReadSession {
         for lineage in wanted {
             for account in state.lineage(lineage).binding.accounts where state.accountLineages[account] == nil {
                 if let value = try txn.get(DB.readModels, ReadModel.accountKey(account)) {
-                    try? ReadModel.load([(ReadModel.accountKey(account), value)], into: &state)
+                    do {
+                        try ReadModel.load([(ReadModel.accountKey(account), value)], into: &state)
+                    } catch {
+                        throw LedgerStoreError.corrupt("persisted read model: \(error)")
+                    }
                 }
             }
         }

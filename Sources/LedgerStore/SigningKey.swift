@@ -19,28 +19,18 @@ public enum SigningKey {
     @discardableResult
     public static func create(at url: URL) throws -> Ed25519PrivateKey {
         let key = try Ed25519PrivateKey.generate()
-        let fd = open(url.path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        guard fd >= 0 else {
-            throw LedgerStoreError.corrupt("could not create \(url.path): \(String(cString: strerror(errno)))")
-        }
-        defer { close(fd) }
-        let text = Array(key.pem.utf8)
-        guard write(fd, text, text.count) == text.count, fsync(fd) == 0 else {
-            throw LedgerStoreError.corrupt("could not write \(url.path): \(String(cString: strerror(errno)))")
-        }
+        try FileAccess.createKeyFile(url, contents: Array(key.pem.utf8))
         return key
     }
 
     /// Loads the signing key at `url`. Refuses a file others can read, like the ledger key.
     public static func load(from url: URL) throws -> Ed25519PrivateKey {
-        var info = stat()
-        guard stat(url.path, &info) == 0 else { throw LedgerStoreError.missingKey(path: url.path) }
-        let mode = UInt16(info.st_mode & 0o777)
-        guard mode & 0o077 == 0 else { throw LedgerStoreError.keyReadableByOthers(path: url.path, mode: mode) }
-        guard let data = FileManager.default.contents(atPath: url.path),
-            let key = try? Ed25519PrivateKey(pem: String(decoding: data, as: UTF8.self))
-        else { throw LedgerStoreError.corrupt("the signing key file \(url.path) is not an Ed25519 PEM private key") }
-        return key
+        let pem = String(decoding: try FileAccess.readKeyFile(url), as: UTF8.self)
+        do {
+            return try Ed25519PrivateKey(pem: pem)
+        } catch let error as Ed25519Error {
+            throw LedgerStoreError.corrupt("the signing key file \(url.path) is not an Ed25519 PEM private key (\(error))")
+        }
     }
 }
 
@@ -56,7 +46,7 @@ extension LedgerStore {
     public func signingKey() throws -> Ed25519PrivateKey {
         let recorded = try environment.read { txn in try txn.get(Database.meta, Meta.signingKey) }
         if let recorded {
-            guard FileManager.default.fileExists(atPath: signingKeyURL.path) else {
+            guard try FileAccess.exists(signingKeyURL.path) else {
                 throw LedgerStoreError.missingSigningKey(path: signingKeyURL.path)
             }
             let key = try SigningKey.load(from: signingKeyURL)
@@ -64,14 +54,14 @@ extension LedgerStore {
             return key
         }
         let key: Ed25519PrivateKey
-        if FileManager.default.fileExists(atPath: signingKeyURL.path) {
+        if try FileAccess.exists(signingKeyURL.path) {
             key = try SigningKey.load(from: signingKeyURL)
         } else {
             do {
                 key = try SigningKey.create(at: signingKeyURL)
             } catch {
                 // Another process may have created it first; load whatever is there.
-                guard FileManager.default.fileExists(atPath: signingKeyURL.path) else { throw error }
+                guard try FileAccess.exists(signingKeyURL.path) else { throw error }
                 key = try SigningKey.load(from: signingKeyURL)
             }
         }

@@ -120,8 +120,7 @@ struct InspectJWSCommand: Subcommand {
         if path == "-" {
             data = FileHandle.standardInput.readDataToEndOfFile()
         } else {
-            guard let contents = FileManager.default.contents(atPath: path) else { throw CLIError.usage("cannot read \(path)") }
-            data = contents
+            data = try readFile(path, option: "FILE")
         }
         let jws = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         let ledger = try openLedger(arguments)

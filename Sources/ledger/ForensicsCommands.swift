@@ -2,6 +2,7 @@ import AppleSignedData
 import Foundation
 import LedgerCore
 import LedgerCrypto
+import LedgerStore
 import OwnershipLedger
 
 /// The `--environment` option, when given.
@@ -22,9 +23,14 @@ func writeFile(_ data: Data, to path: String) throws {
     }
 }
 
+/// The content of the input file `path` given as `option` (at most 256 MiB), or a usage error saying why
+/// it cannot be read (a permission error as such, naming the path).
 func readFile(_ path: String, option: String) throws -> Data {
-    guard let data = FileManager.default.contents(atPath: path) else { throw CLIError.usage("cannot read \(option) \(path)") }
-    return data
+    do {
+        return Data(try FileAccess.read(path, limit: 256 << 20))
+    } catch let error as LedgerStoreError {
+        throw CLIError.usage("\(option): \(error)")
+    }
 }
 
 /// One timeline step as a JSON object.
@@ -277,7 +283,7 @@ struct DisputeCommand: Subcommand {
 
     static func verify(_ arguments: Arguments, console: Console) throws -> ExitCode {
         guard arguments.positionals.count == 2 else { throw CLIError.usage("give exactly one bundle FILE") }
-        let data = try readFile(arguments.positionals[1], option: "bundle")
+        let data = try readFile(arguments.positionals[1], option: "the bundle")
         let key = try KeyFiles.publicKey(try arguments.required("public-key"), option: "public-key")
         do {
             let verified = try DisputeBundle.verify(data, publicKey: key)

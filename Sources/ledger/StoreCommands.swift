@@ -82,22 +82,16 @@ struct InitCommand: Subcommand {
             }
             return
         }
-        var prefix = ""
-        for component in path.split(separator: "/", omittingEmptySubsequences: true) {
-            prefix += "/" + component
-            if mkdir(prefix, 0o700) == 0 { continue }
-            let code = errno
-            var info = stat()
-            if code == EEXIST, stat(prefix, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { continue }
-            let reason = code == EEXIST ? "\(prefix) is not a directory" : "\(prefix): \(String(cString: strerror(code)))"
+        do {
+            try FileAccess.createDirectories(directory)
+        } catch LedgerStoreError.fileAccess(let failed, _, let code) {
+            let reason = code == ENOTDIR ? "\(failed) is not a directory" : "\(failed): \(String(cString: strerror(code)))"
             throw CLIError(code: .storeError, message: "cannot create \(option) \(path): \(reason)")
         }
     }
 
     static func readCertificate(_ path: String) throws -> Data {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw CLIError.usage("cannot read --root-certificate \(path)")
-        }
+        let data = try readFile(path, option: "--root-certificate")
         let text = String(decoding: data, as: UTF8.self)
         guard text.contains("-----BEGIN CERTIFICATE-----") else { return data }
         let body = text.components(separatedBy: "\n").filter { !$0.hasPrefix("-----") }.joined()
@@ -224,7 +218,7 @@ struct StatsCommand: Subcommand {
         let store = try LedgerStore(opening: arguments.store)
         let (head, databases) = try store.read { session in (try session.head(), try session.statistics()) }
         let dataFile = store.directory.appendingPathComponent("data.mdb").path
-        let fileSize = (try? FileManager.default.attributesOfItem(atPath: dataFile)[.size] as? Int) ?? 0
+        let fileSize = try FileAccess.size(dataFile)
         console.out(
             JSONLine.render([
                 "records": head.sequence, "headSeq": head.sequence, "headHash": head.hash.hex,

@@ -2,6 +2,7 @@ import AppleSignedData
 import Foundation
 import LedgerCore
 import LedgerCrypto
+import LedgerStore
 import OwnershipLedger
 
 /// `ledger support …`: the support-recovery tool (docs/support-recovery.md).
@@ -214,10 +215,9 @@ struct AuditCommand: Subcommand {
 enum KeyFiles {
     /// Reads an Ed25519 private key PEM that only its owner can read.
     static func privateKey(_ path: String, option: String) throws -> Ed25519PrivateKey {
+        let data = try readFile(path, option: "--\(option)")
         var info = stat()
-        guard stat(path, &info) == 0, let data = FileManager.default.contents(atPath: path) else {
-            throw CLIError.usage("--\(option) \(path) cannot be read")
-        }
+        guard stat(path, &info) == 0 else { throw CLIError.usage("--\(option): \(FileAccess.failure("look up", path, errno))") }
         let mode = UInt16(info.st_mode & 0o777)
         guard mode & 0o077 == 0 else {
             throw CLIError.usage("--\(option) \(path) has mode \(String(mode, radix: 8)) and can be read by others: run `chmod 600 \(path)`")
@@ -231,7 +231,7 @@ enum KeyFiles {
 
     /// Reads an Ed25519 public key PEM.
     static func publicKey(_ path: String, option: String) throws -> Ed25519PublicKey {
-        guard let data = FileManager.default.contents(atPath: path) else { throw CLIError.usage("--\(option) \(path) cannot be read") }
+        let data = try readFile(path, option: "--\(option)")
         do {
             return try Ed25519PublicKey(pem: String(decoding: data, as: UTF8.self))
         } catch {
