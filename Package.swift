@@ -24,7 +24,9 @@ let package = Package(
             name: "OwnershipLedger",
             dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "LedgerStore", "AppleSignedData", "StrictJSON"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
-        .executableTarget(name: "ledger", dependencies: ["OwnershipLedger", "StrictJSON"]),
+        .target(name: "FirebaseAuth", dependencies: ["LedgerCrypto", "COpenSSL", "StrictJSON"]),
+        .target(name: "LedgerService", dependencies: ["OwnershipLedger", "HTTPServer", "FirebaseAuth", "StrictJSON"]),
+        .executableTarget(name: "ledger", dependencies: ["OwnershipLedger", "StrictJSON", "LedgerService", "HTTPServer", "FirebaseAuth"]),
         .target(
             name: "LedgerTestSupport",
             dependencies: ["OwnershipLedger", "LedgerCore", "LedgerStore", "LedgerCrypto", "AppleSignedData", "StrictJSON"],
@@ -37,6 +39,9 @@ let package = Package(
             name: "AppleSignedDataTests", dependencies: ["AppleSignedData", "LedgerTestSupport"],
             resources: [.copy("Vectors")]),
         .testTarget(name: "LedgerCryptoTests", dependencies: ["LedgerCrypto", "LedgerTestSupport", "COpenSSL"]),
+        .testTarget(name: "FirebaseAuthTests", dependencies: ["FirebaseAuth", "HTTPServer", "LedgerTestSupport"], exclude: ["Keys"]),
+        .testTarget(
+            name: "LedgerServiceTests", dependencies: ["LedgerService", "FirebaseAuth", "OwnershipLedger", "AppleSignedData", "LedgerTestSupport"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "LedgerTestSupport"], exclude: ["TLS"]),
         .testTarget(name: "OwnershipLedgerTests", dependencies: ["OwnershipLedger", "LedgerTestSupport"]),
     ]

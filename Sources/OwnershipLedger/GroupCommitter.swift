@@ -2,12 +2,13 @@ import Foundation
 public import LedgerCore
 
 /// One writer for many producers: a bounded queue of pending requests and one thread that takes
-/// everything pending, decides it as one group through ``Ledger/submit(isolating:)`` (one write
+/// everything pending, decides it together through ``Ledger/submit(isolating:)`` (one write
 /// transaction, one `fsync`), and only then completes each request. A completion therefore means
 /// the decision is durable. When the queue is full a request is refused at once
 /// (``Refusal/full``), never queued without bound.
 ///
-/// Any number of threads may ``enqueue(_:at:completion:)``; a process should have one committer per
+/// A request is a list of groups (e.g. the lines of one batch), each decided in order at its own
+/// time. Any number of threads may ``enqueue(_:completion:)``; a process should have one committer per
 /// store (LMDB serialises writers, so a second one would only wait).
 public final class GroupCommitter: @unchecked Sendable {
     /// Why a request was not queued.
@@ -22,13 +23,17 @@ public final class GroupCommitter: @unchecked Sendable {
     public struct Commit: Sendable {
         /// Submissions decided in the commit.
         public var submissions: Int
-        /// Requests (``enqueue(_:at:completion:)`` calls) completed by it.
+        /// Requests (``enqueue(_:completion:)`` calls) completed by it.
         public var requests: Int
         /// From taking the group to the durable commit.
         public var seconds: Double
     }
 
-    public typealias Completion = @Sendable (Result<[Decision], any Error>) -> Void
+    /// A request's groups.
+    public typealias Groups = [(submissions: [Ledger.Submission], at: Timestamp)]
+    /// What became of each group of a request, in order: its decisions, or the error that kept it
+    /// from being decided (nothing of it was written).
+    public typealias Completion = @Sendable ([Result<[Decision], any Error>]) -> Void
 
     /// The most submissions queued at once.
     public let capacity: Int
@@ -37,7 +42,7 @@ public final class GroupCommitter: @unchecked Sendable {
     private let ledger: Ledger
     private let onCommit: (@Sendable (Commit) -> Void)?
     private let condition = NSCondition()
-    private var pending: [(submissions: [Ledger.Submission], at: Timestamp, completion: Completion)] = []
+    private var pending: [(groups: Groups, size: Int, completion: Completion)] = []
     private var depth = 0
     private var closed = false
     private let finished = DispatchSemaphore(value: 0)
@@ -56,18 +61,18 @@ public final class GroupCommitter: @unchecked Sendable {
     /// Submissions queued and not yet taken by the writer.
     public var queueDepth: Int { condition.withLock { depth } }
 
-    /// Queues `submissions`, to be decided in order as one group at `at`. `completion` runs on the
-    /// writer thread once their commit is durable, or with the error that kept them from being
-    /// decided (nothing of them was written); keep it short.
-    /// - Throws: ``Refusal/full`` when the queue has no room (an empty queue takes any request),
-    ///   ``Refusal/closed`` after ``close()``.
-    public func enqueue(_ submissions: [Ledger.Submission], at: Timestamp, completion: @escaping Completion) throws(Refusal) {
+    /// Queues a request: `groups`, to be decided in order, each at its own time. `completion` runs
+    /// on the writer thread once their commit is durable; keep it short.
+    /// - Throws: ``Refusal/full`` when the queue has no room for its submissions (an empty queue
+    ///   takes any request), ``Refusal/closed`` after ``close()``.
+    public func enqueue(_ groups: Groups, completion: @escaping Completion) throws(Refusal) {
+        let size = groups.reduce(0) { $0 + $1.submissions.count }
         condition.lock()
         defer { condition.unlock() }
         guard !closed else { throw .closed }
-        guard depth == 0 || depth + submissions.count <= capacity else { throw .full }
-        pending.append((submissions, at, completion))
-        depth += submissions.count
+        guard depth == 0 || depth + size <= capacity else { throw .full }
+        pending.append((groups, size, completion))
+        depth += size
         condition.signal()
     }
 
@@ -83,33 +88,36 @@ public final class GroupCommitter: @unchecked Sendable {
     }
 
     private func run() {
-        while let group = nextGroup() {
+        while let requests = nextRequests() {
             let started = DispatchTime.now()
-            let results = ledger.submit(isolating: group.map { ($0.submissions, $0.at) })
+            var results = ledger.submit(isolating: requests.flatMap(\.groups))[...]
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
-            onCommit?(Commit(submissions: group.reduce(0) { $0 + $1.submissions.count }, requests: group.count, seconds: seconds))
-            for (request, result) in zip(group, results) { request.completion(result) }
+            onCommit?(Commit(submissions: requests.reduce(0) { $0 + $1.size }, requests: requests.count, seconds: seconds))
+            for request in requests {
+                request.completion(Array(results.prefix(request.groups.count)))
+                results = results.dropFirst(request.groups.count)
+            }
         }
         finished.signal()
     }
 
-    /// Waits for work and takes what is pending, up to ``maximumGroup`` submissions; nil once
+    /// Waits for work and takes the requests pending, up to ``maximumGroup`` submissions; nil once
     /// closed and drained.
-    private func nextGroup() -> [(submissions: [Ledger.Submission], at: Timestamp, completion: Completion)]? {
+    private func nextRequests() -> [(groups: Groups, size: Int, completion: Completion)]? {
         condition.lock()
         defer { condition.unlock() }
         while pending.isEmpty && !closed { condition.wait() }
         guard !pending.isEmpty else { return nil }
         var count = 0
         var taken = 0
-        while taken < pending.count && (taken == 0 || count + pending[taken].submissions.count <= maximumGroup) {
-            count += pending[taken].submissions.count
+        while taken < pending.count && (taken == 0 || count + pending[taken].size <= maximumGroup) {
+            count += pending[taken].size
             taken += 1
         }
-        let group = Array(pending.prefix(taken))
+        let requests = Array(pending.prefix(taken))
         pending.removeFirst(taken)
         depth -= count
-        return group
+        return requests
     }
 }
 

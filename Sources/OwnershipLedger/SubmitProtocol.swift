@@ -5,7 +5,7 @@ public import StrictJSON
 
 /// The verifier line protocol of `ledger submit` (see `docs/protocol.md`): one JSON object in, one
 /// JSON object out, in order. A malformed line is answered `invalid` and appends nothing.
-public struct SubmitProtocol {
+public struct SubmitProtocol: Sendable {
     public let ledger: Ledger
     /// Accept decoded `transaction`, `notification` and legacy `receipt` objects without signatures.
     public let trustDecoded: Bool

@@ -43,9 +43,10 @@ import Testing
         private var results: [Int: Result<[Decision], any Error>] = [:]
         let done = DispatchSemaphore(value: 0)
 
+        /// Records the request's groups as `index`, `index + 1`, …
         func completion(_ index: Int) -> GroupCommitter.Completion {
-            { result in
-                self.lock.withLock { self.results[index] = result }
+            { groups in
+                self.lock.withLock { for (offset, result) in groups.enumerated() { self.results[index + offset] = result } }
                 self.done.signal()
             }
         }
@@ -66,10 +67,10 @@ import Testing
         let gate = Gate()
         let committer = GroupCommitter(ledger: ledger, onCommit: gate.report)
         let outcomes = Outcomes()
-        try committer.enqueue([try purchase("first", "100")], at: t, completion: outcomes.completion(0))
+        try committer.enqueue([([try purchase("first", "100")], t)], completion: outcomes.completion(0))
         gate.entered.wait()  // the writer has committed the first group and is held before completing it
         #expect(outcomes.decision(0) == nil, "completed before its commit was reported")
-        for index in 1...100 { try committer.enqueue([try purchase("u\(index)", "\(100 + index)")], at: t, completion: outcomes.completion(index)) }
+        for index in 1...100 { try committer.enqueue([([try purchase("u\(index)", "\(100 + index)")], t)], completion: outcomes.completion(index)) }
         #expect(committer.queueDepth == 100)
         gate.release.signal()
         outcomes.wait(101)
@@ -89,11 +90,11 @@ import Testing
         let gate = Gate()
         let committer = GroupCommitter(ledger: ledger, capacity: 10, onCommit: gate.report)
         let outcomes = Outcomes()
-        try committer.enqueue([try purchase("a", "1")], at: t, completion: outcomes.completion(0))
+        try committer.enqueue([([try purchase("a", "1")], t)], completion: outcomes.completion(0))
         gate.entered.wait()
-        for index in 1...10 { try committer.enqueue([try purchase("b\(index)", "\(10 + index)")], at: t, completion: outcomes.completion(index)) }
+        for index in 1...10 { try committer.enqueue([([try purchase("b\(index)", "\(10 + index)")], t)], completion: outcomes.completion(index)) }
         #expect(throws: GroupCommitter.Refusal.full) {
-            try committer.enqueue([try purchase("c", "99")], at: t, completion: outcomes.completion(99))
+            try committer.enqueue([([try purchase("c", "99")], t)], completion: outcomes.completion(99))
         }
         #expect(committer.queueDepth == 10)
         gate.release.signal()
@@ -102,7 +103,7 @@ import Testing
         #expect(try ledger.binding(originalTransactionId: "99").state == "unbound", "the refused request was never decided")
         // An empty queue takes even a request larger than the capacity.
         let big = try (0..<25).map { try purchase("d\($0)", "\(200 + $0)") }
-        try committer.enqueue(big, at: t, completion: outcomes.completion(200))
+        try committer.enqueue([(big, t)], completion: outcomes.completion(200))
         outcomes.wait(1)
         committer.close()
         #expect(try ledger.account(uid: "d24").entitlements.count == 1)
@@ -114,9 +115,9 @@ import Testing
         let gate = Gate()
         let committer = GroupCommitter(ledger: ledger, onCommit: gate.report)
         let outcomes = Outcomes()
-        try committer.enqueue([try purchase("a", "1")], at: t, completion: outcomes.completion(0))
+        try committer.enqueue([([try purchase("a", "1")], t)], completion: outcomes.completion(0))
         gate.entered.wait()
-        for index in 1...20 { try committer.enqueue([try purchase("q\(index)", "\(index + 1)")], at: t, completion: outcomes.completion(index)) }
+        for index in 1...20 { try committer.enqueue([([try purchase("q\(index)", "\(index + 1)")], t)], completion: outcomes.completion(index)) }
         let closed = DispatchSemaphore(value: 0)
         Thread {
             committer.close()
@@ -126,7 +127,7 @@ import Testing
         closed.wait()
         #expect((0...20).allSatisfy { outcomes.decision($0)?.outcome == .granted }, "close returned before the queue was decided")
         #expect(throws: GroupCommitter.Refusal.closed) {
-            try committer.enqueue([try purchase("late", "500")], at: t, completion: outcomes.completion(500))
+            try committer.enqueue([([try purchase("late", "500")], t)], completion: outcomes.completion(500))
         }
         committer.close()  // again: returns at once
     }
@@ -143,20 +144,24 @@ import Testing
         let gate = Gate()
         let committer = GroupCommitter(ledger: ledger, onCommit: gate.report)
         let outcomes = Outcomes()
-        try committer.enqueue([try purchase("a", "1")], at: t, completion: outcomes.completion(0))
+        try committer.enqueue([([try purchase("a", "1")], t)], completion: outcomes.completion(0))
         gate.entered.wait()
-        try committer.enqueue([try purchase("b", "2")], at: t, completion: outcomes.completion(1))
-        try committer.enqueue([.notification(conflicting, .trustedDecoded)], at: t, completion: outcomes.completion(2))
-        try committer.enqueue([try purchase("c", "3")], at: t, completion: outcomes.completion(3))
+        try committer.enqueue([([try purchase("b", "2")], t)], completion: outcomes.completion(1))
+        // One request of three groups, the middle one undecidable: each group has its own result.
+        try committer.enqueue(
+            [([try purchase("c", "3")], t), ([.notification(conflicting, .trustedDecoded)], t), ([try purchase("d", "4")], t + 1)],
+            completion: outcomes.completion(2))
         gate.release.signal()
-        outcomes.wait(4)
-        #expect([0, 1, 3].allSatisfy { outcomes.decision($0)?.outcome == .granted })
-        #expect((outcomes.error(2) as? SubmissionError)?.code == "conflict")
-        // The three purchases appended what they append alone; the conflicting notification nothing.
+        outcomes.wait(3)
+        #expect([0, 1, 2, 4].allSatisfy { outcomes.decision($0)?.outcome == .granted })
+        #expect((outcomes.error(3) as? SubmissionError)?.code == "conflict")
+        // The four purchases appended what they append alone; the conflicting notification nothing.
         let (control, controlDirectory) = try Fixtures.ledger()
         defer { controlDirectory.remove() }
         let controlHead = try control.store.head().sequence
-        _ = try control.submit([try purchase("a", "1"), try purchase("b", "2"), try purchase("c", "3")], at: t)
+        _ = try control.submit(groups: [
+            ([try purchase("a", "1"), try purchase("b", "2"), try purchase("c", "3")], t), ([try purchase("d", "4")], t + 1),
+        ])
         #expect(try ledger.store.head().sequence - head == control.store.head().sequence - controlHead)
         #expect(try ledger.binding(originalTransactionId: "2").uid == "b")
         #expect(try ledger.store.replay().isIntact)
@@ -172,7 +177,7 @@ import Testing
             let outcome = Outcomes()
             do {
                 try committer.enqueue(
-                    [.transaction(.purchase, uid: "racer-\(index)", payload, .trustedDecoded)], at: Fixtures.start,
+                    [([.transaction(.purchase, uid: "racer-\(index)", payload, .trustedDecoded)], Fixtures.start)],
                     completion: outcome.completion(0))
             } catch {
                 return nil

@@ -1,0 +1,48 @@
+import COpenSSL
+import Foundation
+
+/// The RSA public key of an X.509 certificate, for RS256 signatures (RSASSA-PKCS1-v1_5 with
+/// SHA-256), as Google's Firebase ID token certificates carry. Safe to use from many threads.
+public final class RSAPublicKey: @unchecked Sendable {
+    private let key: OpaquePointer
+    /// The modulus size in bits.
+    public let bits: Int
+
+    /// The key of the single PEM certificate `certificatePEM`; nil when it is not a certificate
+    /// or its key is not RSA.
+    /// - Throws: ``CryptoError`` when libcrypto itself fails (no verdict on the certificate).
+    public init?(certificatePEM: String) throws(CryptoError) {
+        let bytes = Array(certificatePEM.utf8)
+        // BIO_new_mem_buf does not copy, so the buffer must outlive the read.
+        let read = bytes.withUnsafeBufferPointer { buffer -> (bio: Bool, certificate: OpaquePointer?) in
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(clamping: buffer.count)) else { return (false, nil) }
+            defer { BIO_free(bio) }
+            return (true, PEM_read_bio_X509(bio, nil, nil, nil))
+        }
+        guard read.bio else { throw CryptoError("BIO_new_mem_buf") }
+        let certificate = read.certificate
+        defer { ERR_clear_error() }  // a refusal is the answer; OpenSSL's queued reasons are not needed
+        guard let certificate else { return nil }
+        defer { X509_free(certificate) }
+        guard let key = X509_get_pubkey(certificate) else { return nil }
+        guard EVP_PKEY_get_base_id(key) == EVP_PKEY_RSA else {
+            EVP_PKEY_free(key)
+            return nil
+        }
+        self.key = key
+        bits = Int(EVP_PKEY_get_bits(key))
+    }
+
+    deinit { EVP_PKEY_free(key) }
+
+    /// True when `signature` is this key's RS256 signature of `message`, false when it is not.
+    /// - Throws: ``CryptoError`` when libcrypto itself fails (no verdict on the signature).
+    public func isValidRS256Signature(_ signature: [UInt8], for message: [UInt8]) throws(CryptoError) -> Bool {
+        guard let context = EVP_MD_CTX_new() else { throw CryptoError("EVP_MD_CTX_new") }
+        defer { EVP_MD_CTX_free(context) }
+        guard EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, key) == 1 else { throw CryptoError("EVP_DigestVerifyInit") }
+        let verified = EVP_DigestVerify(context, signature, signature.count, message, message.count) == 1
+        ERR_clear_error()  // a signature that does not verify queues its reasons
+        return verified
+    }
+}

@@ -1,0 +1,111 @@
+public import FirebaseAuth
+import Foundation
+public import HTTPServer
+import LedgerCore
+public import OwnershipLedger
+
+/// `ledger serve`: the ledger over HTTP(S) for the App Store, the app and server-side verifiers
+/// (`docs/service.md`). Every request that writes goes through one ``GroupCommitter`` and is
+/// answered only once its commit is durable; queries read on the server threads and never wait
+/// for the writer. The account of an app request is always the verified Firebase ID token's
+/// `sub`: a body naming one is refused.
+public final class LedgerService: Sendable {
+    public struct Configuration: Sendable {
+        /// Where to listen, TLS and the connection limits.
+        public var http: HTTPServer.Configuration
+        public var firebaseProjectId: String
+        public var firebaseCertificates: FirebaseKeySource.Location
+        /// Seconds of clock skew tolerated on token times.
+        public var clockSkew: Int64
+        /// Who may call `POST /v1/submit`; nobody when nil.
+        public var serviceTokens: ServiceTokens?
+        /// Submissions queued for the writer before requests are refused 503.
+        public var queueCapacity: Int
+        /// Receives each log line (JSON, one per request and per event); standard error by default.
+        public var log: @Sendable (String) -> Void
+
+        public init(
+            http: HTTPServer.Configuration, firebaseProjectId: String, firebaseCertificates: FirebaseKeySource.Location,
+            clockSkew: Int64 = 300,
+            serviceTokens: ServiceTokens? = nil, queueCapacity: Int = 8_192, log: @escaping @Sendable (String) -> Void = standardError
+        ) {
+            self.http = http
+            self.firebaseProjectId = firebaseProjectId
+            self.firebaseCertificates = firebaseCertificates
+            self.clockSkew = clockSkew
+            self.serviceTokens = serviceTokens
+            self.queueCapacity = queueCapacity
+            self.log = log
+        }
+    }
+
+    /// The largest body of the app's and Apple's routes (a JWS is a few KB); `POST /v1/submit`
+    /// takes up to the server's `maximumBodyBytes`.
+    public static let maximumSingleBodyBytes = 256 << 10
+
+    /// The port listened on.
+    public var port: UInt16 { server.port }
+    private let server: HTTPServer
+    private let routes: Routes
+
+    /// Opens the service on `ledger`: loads the Firebase certificates (a file must load; a URL
+    /// that cannot be fetched yet is logged and retried on use), starts the writer, then listens.
+    public init(ledger: Ledger, configuration: Configuration) throws {
+        let metrics = Metrics()
+        let log = configuration.log
+        let keys = FirebaseKeySource(
+            configuration.firebaseCertificates,
+            onRefresh: { refresh in
+                metrics.keyRefresh(succeeded: refresh.succeeded)
+                if let error = refresh.error {
+                    log(JSONLine.render(["event": "firebase-certificates", "ok": false, "error": error]))
+                }
+            })
+        do {
+            try keys.load()
+        } catch {
+            if case .file = configuration.firebaseCertificates { throw error }
+        }
+        let committer = GroupCommitter(ledger: ledger, capacity: configuration.queueCapacity) { commit in
+            metrics.commit(submissions: commit.submissions, seconds: commit.seconds)
+        }
+        let routes = Routes(
+            ledger: ledger, committer: committer, metrics: metrics,
+            tokens: FirebaseTokenVerifier(projectId: configuration.firebaseProjectId, keys: keys, clockSkew: configuration.clockSkew),
+            serviceTokens: configuration.serviceTokens)
+        var http = configuration.http
+        http.maximumBodyBytes = max(http.maximumBodyBytes, Self.maximumSingleBodyBytes)
+        do {
+            server = try HTTPServer(
+                configuration: http,
+                observer: { completion in
+                    let route = Routes.label(method: completion.method, path: completion.path)
+                    metrics.request(route: route, status: completion.status ?? 0, seconds: completion.seconds)
+                    var line: JSONObject = [
+                        "at": LedgerTime.format(LedgerTime.now()), "route": route, "status": completion.status ?? NSNull(),
+                        "ms": (completion.seconds * 1e5).rounded() / 100,
+                    ]
+                    if let note = completion.note { line["code"] = note }
+                    log(JSONLine.render(line))
+                }, handler: routes.handle)
+        } catch {
+            committer.close()
+            throw error
+        }
+        self.routes = routes
+    }
+
+    /// SIGTERM's work: stop accepting, answer what is in flight (its commits made durable, within
+    /// `grace` seconds), stop the writer, close every connection.
+    public func shutdown(grace: Double = 30) {
+        routes.startDraining()
+        server.shutdown(grace: grace)
+        routes.committer.close()
+    }
+
+    /// Writes `line` and a newline to standard error in one call.
+    public static let standardError: @Sendable (String) -> Void = { line in
+        let bytes = Array((line + "\n").utf8)
+        _ = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+    }
+}

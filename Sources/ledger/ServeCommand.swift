@@ -1,0 +1,122 @@
+import FirebaseAuth
+import Foundation
+import HTTPServer
+import LedgerService
+import OwnershipLedger
+
+struct ServeCommand: Subcommand {
+    static let name = "serve"
+    static let abstract = "Serve the ledger over HTTP(S) to the App Store, the app and verifiers (docs/service.md)."
+    static let usage = """
+        Usage: ledger serve [--store DIR] --listen HOST:PORT --firebase-project-id ID
+                            [--firebase-certificates URL|FILE] [--service-token-file FILE]
+                            [--tls-certificate FILE --tls-key FILE]
+                            [--clock-skew SECONDS] [--threads N] [--queue N] [--max-connections N]
+                            [--idle-timeout SECONDS] [--body-timeout SECONDS]
+
+        One long-running process that owns the store: POST /v1/apple/notifications (the App Store),
+        POST /v1/transactions, GET /v1/entitlements and DELETE /v1/account (the app, with a Firebase ID
+        token), POST /v1/submit (verifiers holding a token from --service-token-file, mode 0600: the
+        `ledger submit` protocol, signed data only), GET /healthz, /readyz and /metrics. Every write goes
+        through one group-committing writer and is answered once durable.
+
+        Once ready it prints {"listening":"HOST:PORT"} on stdout (port 0 binds a free port and prints it);
+        one JSON line per request goes to stderr (route, status, duration, code; never a token or an id).
+        SIGTERM or SIGINT: stop accepting, answer what is in flight, exit 0.
+
+        --firebase-certificates  Google's x509 set (default), another URL, or a FILE with the same JSON
+        --clock-skew             seconds tolerated on token exp/iat/auth_time (default 300)
+        --threads                server threads (default: cores, at least 2)
+        --queue                  submissions waiting for the writer before 503 (default 8192)
+        --max-connections        open connections (default 1024)
+        --idle-timeout           seconds before an idle or stalled connection is closed (default 30)
+        --body-timeout           seconds a request body may take to arrive (default 30)
+        Exit 0 after a clean shutdown, 2 for a bad option or an address it cannot listen on, 3 store error.
+        """
+    static let options: Set<String> = [
+        "listen", "firebase-project-id", "firebase-certificates", "service-token-file", "tls-certificate", "tls-key",
+        "clock-skew", "threads", "queue", "max-connections", "idle-timeout", "body-timeout",
+    ]
+
+    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let (host, port) = try listenAddress(try arguments.required("listen"))
+        let projectId = try arguments.required("firebase-project-id")
+        var http = HTTPServer.Configuration(host: host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port: port)
+        http.tls = try tls(arguments)
+        if let threads = try arguments.integer("threads") { http.threads = max(1, threads) }
+        if let connections = try arguments.integer("max-connections") { http.maximumConnections = max(1, connections) }
+        if let idle = try arguments.integer("idle-timeout") { http.idleTimeoutSeconds = max(1, idle) }
+        if let body = try arguments.integer("body-timeout") { http.bodyTimeoutSeconds = Double(max(1, body)) }
+        http.maximumBodyBytes = 4 << 20
+        var configuration = LedgerService.Configuration(
+            http: http, firebaseProjectId: projectId, firebaseCertificates: try certificates(arguments.value("firebase-certificates")))
+        if let skew = try arguments.integer("clock-skew") { configuration.clockSkew = Int64(skew) }
+        if let queue = try arguments.integer("queue") { configuration.queueCapacity = max(1, queue) }
+        if let path = arguments.value("service-token-file") {
+            do {
+                configuration.serviceTokens = try ServiceTokens(contentsOf: path)
+            } catch {
+                throw CLIError.usage("\(error)")
+            }
+        }
+        let ledger = try openLedger(arguments)
+        let service: LedgerService
+        do {
+            service = try LedgerService(ledger: ledger, configuration: configuration)
+        } catch let error as HTTPServerError {
+            throw CLIError(code: .usage, message: error.description)
+        } catch let error as FirebaseKeyError {
+            throw CLIError(code: .usage, message: "--firebase-certificates: \(error)")
+        }
+        // Signals are taken by dispatch sources, not by their default action.
+        signal(SIGTERM, SIG_IGN)
+        signal(SIGINT, SIG_IGN)
+        let stop = DispatchSemaphore(value: 0)
+        let sources = [SIGTERM, SIGINT].map { number in
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { stop.signal() }
+            source.resume()
+            return source
+        }
+        console.out(JSONLine.render(["listening": "\(host):\(service.port)"]))
+        stop.wait()
+        LedgerService.standardError(JSONLine.render(["event": "shutting-down"]))
+        service.shutdown()
+        LedgerService.standardError(JSONLine.render(["event": "stopped"]))
+        sources.forEach { $0.cancel() }
+        return .success
+    }
+
+    /// `HOST:PORT`, with an IPv6 host in brackets (`[::1]:8443`).
+    static func listenAddress(_ text: String) throws -> (host: String, port: UInt16) {
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else {
+            throw CLIError.usage("--listen \(text) is not HOST:PORT (e.g. 127.0.0.1:8080, [::1]:8443, 0.0.0.0:0)")
+        }
+        let host = String(text[..<colon])
+        guard !host.isEmpty, host.contains(":") == (host.hasPrefix("[") && host.hasSuffix("]")) else {
+            throw CLIError.usage("--listen \(text) is not HOST:PORT (an IPv6 host goes in brackets: [::1]:8443)")
+        }
+        return (host, port)
+    }
+
+    private static func tls(_ arguments: Arguments) throws -> HTTPServer.TLS? {
+        let certificate = arguments.value("tls-certificate")
+        let key = arguments.value("tls-key")
+        guard certificate != nil || key != nil else { return nil }
+        guard let certificate, let key else { throw CLIError.usage("--tls-certificate and --tls-key go together") }
+        func read(_ path: String, _ option: String) throws -> String {
+            guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
+                throw CLIError.usage("--\(option) \(path) cannot be read as PEM text")
+            }
+            return text
+        }
+        return HTTPServer.TLS(certificatePEM: try read(certificate, "tls-certificate"), keyPEM: try read(key, "tls-key"))
+    }
+
+    private static func certificates(_ value: String?) throws -> FirebaseKeySource.Location {
+        let text = value ?? FirebaseKeySource.googleCertificatesURL
+        guard text.hasPrefix("https://") || text.hasPrefix("http://") else { return .file(text) }
+        guard let url = URL(string: text) else { throw CLIError.usage("--firebase-certificates \(text) is not a URL") }
+        return .url(url)
+    }
+}

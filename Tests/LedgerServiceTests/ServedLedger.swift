@@ -1,0 +1,148 @@
+import AppleSignedData
+import FirebaseAuth
+import Foundation
+import LedgerTestSupport
+import OwnershipLedger
+
+/// A `ledger serve` process on 127.0.0.1:0 over a fresh store that trusts the test Apple PKI, with
+/// the test Firebase certificates and one service token; its log goes to a file. Tests talk real
+/// HTTP to it and open the store themselves to check what was written.
+final class ServedLedger: @unchecked Sendable {
+    static let projectId = "myrecipes-test"
+    static let serviceToken = "svc-" + String(repeating: "7f3a", count: 12)
+    static let root = LedgerBinary.packageRoot.appendingPathComponent("Tests")
+    static let appleCertificates = root.appendingPathComponent("AppleSignedDataTests/Vectors/certs")
+    static let firebaseKeys = root.appendingPathComponent("FirebaseAuthTests/Keys")
+
+    let directory = TemporaryDirectory("ledger-serve")
+    var store: String { directory.path("store").path }
+    var logFile: URL { directory.path("serve.log") }
+    let process = Process()
+    let port: UInt16
+    let client: HTTPClient
+
+    /// Starts the server with `options` added to the defaults (and the service token file unless
+    /// `serviceTokens` is false).
+    init(_ options: [String] = [], serviceTokens: Bool = true, connections: Int = 8) throws {
+        let initialized = try LedgerBinary.run([
+            "init", "--store", directory.path("store").path, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox",
+            "--root-certificate", Self.appleCertificates.appendingPathComponent("testCA.der").path,
+        ])
+        guard initialized.status == 0 else { throw ServeTestError("ledger init failed: \(initialized.stderr)") }
+        let tokens = directory.path("service-tokens")
+        try Data((Self.serviceToken + "\n").utf8).write(to: tokens)
+        chmod(tokens.path, 0o600)
+        FileManager.default.createFile(atPath: directory.path("serve.log").path, contents: nil)
+        process.executableURL = LedgerBinary.url
+        process.arguments =
+            [
+                "serve", "--store", directory.path("store").path, "--listen", "127.0.0.1:0", "--firebase-project-id", Self.projectId,
+                "--firebase-certificates", Self.firebaseKeys.appendingPathComponent("certificates.json").path,
+            ] + (serviceTokens ? ["--service-token-file", tokens.path] : []) + options
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = try FileHandle(forWritingTo: directory.path("serve.log"))
+        try process.run()
+        guard let line = Self.readLine(out.fileHandleForReading.fileDescriptor, timeout: 20),
+            let listening = Fixtures.object(line)["listening"] as? String, listening.hasPrefix("127.0.0.1:"),
+            let port = UInt16(listening.dropFirst("127.0.0.1:".count))
+        else {
+            process.terminate()
+            throw ServeTestError(
+                "ledger serve did not print its address: \(String(decoding: (try? Data(contentsOf: directory.path("serve.log"))) ?? Data(), as: UTF8.self))"
+            )
+        }
+        self.port = port
+        client = try HTTPClient(port: port, connections: connections)
+    }
+
+    deinit {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        directory.remove()
+    }
+
+    /// Sends `signal` and waits for the process to end; its exit status.
+    @discardableResult
+    func stop(_ signal: Int32 = SIGTERM) -> Int32 {
+        kill(process.processIdentifier, signal)
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    /// The store, opened by the test (alongside the server, or after it).
+    func ledger() throws -> Ledger { try Ledger(opening: directory.path("store")) }
+
+    var log: String { String(decoding: (try? Data(contentsOf: logFile)) ?? Data(), as: UTF8.self) }
+
+    // MARK: Requests
+
+    func authorization(_ uid: String) throws -> [String: String] { ["Authorization": "Bearer " + (try Self.token(uid))] }
+
+    /// POST /v1/transactions as `uid`.
+    func transaction(_ type: String, as uid: String, _ jws: String) throws -> HTTPClient.Response {
+        try client.post(
+            "/v1/transactions", Fixtures.line(["type": type, "signedTransaction": jws]),
+            headers: try authorization(uid).merging(["Content-Type": "application/json"]) { $1 })
+    }
+
+    // MARK: Signed data
+
+    /// A Firebase ID token for `uid`, valid now, signed with test key 1.
+    static func token(_ uid: String, change: (inout [String: Any]) -> Void = { _ in }) throws -> String {
+        var claims = TestTokenSigner.claims(projectId: projectId, uid: uid, now: Int64(Date().timeIntervalSince1970))
+        change(&claims)
+        let key = try String(contentsOf: firebaseKeys.appendingPathComponent("token-signer-1.key.pem"), encoding: .utf8)
+        return try TestTokenSigner.sign(claims: claims, keyId: "test-key-1", algorithm: .rs256(privateKeyPEM: key))
+    }
+
+    /// An hour ago, in ms: purchases start then and last 30 days, so they are active now.
+    static var anHourAgo: Int64 { Int64(Date().timeIntervalSince1970 * 1000) - 3_600_000 }
+
+    /// An App Store transaction signed with the test PKI.
+    static func signedTransaction(
+        _ originalTransactionId: String, transactionId: String? = nil, ownership: String = "PURCHASED", bundleId: String = Fixtures.bundleId
+    ) throws -> String {
+        try sign(
+            Fixtures.transaction(
+                originalTransactionId, transactionId: transactionId, at: anHourAgo, ownership: ownership, bundleId: bundleId))
+    }
+
+    /// A signed App Store Server Notification about `transaction`.
+    static func signedNotification(_ type: String, uuid: String, transaction: String, bundleId: String = Fixtures.bundleId) throws -> String {
+        try sign([
+            "notificationType": type, "notificationUUID": uuid, "signedDate": anHourAgo, "version": "2.0",
+            "data": ["environment": "Sandbox", "bundleId": bundleId, "signedTransactionInfo": transaction],
+        ])
+    }
+
+    static func sign(_ payload: [String: Any]) throws -> String {
+        let chain = try ["testLeaf.der", "testIntermediate.der", "testCA.der"].map {
+            [UInt8](try Data(contentsOf: appleCertificates.appendingPathComponent($0)))
+        }
+        let key = try String(contentsOf: appleCertificates.appendingPathComponent("testLeaf.key.pem"), encoding: .utf8)
+        return try TestJWSSigner.sign(payload: payload, chain: chain, privateKeyPEM: key)
+    }
+
+    /// Reads one line from `descriptor`, waiting at most `timeout` seconds.
+    static func readLine(_ descriptor: Int32, timeout: Double) -> String? {
+        var bytes: [UInt8] = []
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 100) > 0 else { continue }
+            var byte: UInt8 = 0
+            guard read(descriptor, &byte, 1) == 1 else { return nil }
+            if byte == UInt8(ascii: "\n") { return String(decoding: bytes, as: UTF8.self) }
+            bytes.append(byte)
+        }
+        return nil
+    }
+}
+
+struct ServeTestError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
