@@ -1,0 +1,331 @@
+import AppleSignedData
+import FirebaseAuth
+import Foundation
+import OwnershipLedger
+
+/// `ledger bench serve`: `ledger serve` under N keep-alive clients on loopback. Builds a fresh store
+/// trusting the test Apple PKI, signs distinct purchases with it and Firebase ID tokens with the test
+/// RSA key (`--fixtures`, the repository's `Tests/`), starts `ledger serve` as a child process, and
+/// measures decisions/s, latency percentiles, the group sizes the writer committed and the server's
+/// memory while it runs.
+enum ServeBenchmark {
+    struct Options {
+        var clients = 64
+        var requests = 20_000
+        /// `transactions` (one signed purchase per request) or `submit` (NDJSON batches).
+        var route = "transactions"
+        var batch = 100
+        var fixtures = URL(fileURLWithPath: "Tests")
+        var directory: URL
+    }
+
+    static let projectId = "myrecipes-bench"
+
+    static func run(_ options: Options, log: (String) -> Void) throws -> JSONObject {
+        let apple = options.fixtures.appendingPathComponent("AppleSignedDataTests/Vectors/certs")
+        let firebase = options.fixtures.appendingPathComponent("FirebaseAuthTests/Keys")
+        let store = options.directory.appendingPathComponent("store")
+        try FileManager.default.createDirectory(at: options.directory, withIntermediateDirectories: true)
+        _ = try Ledger.initialize(
+            at: store,
+            configuration: LedgerConfiguration(
+                bundleId: "com.myrecipes.app", environment: .sandbox,
+                rootCertificates: [try Data(contentsOf: apple.appendingPathComponent("testCA.der"))]))
+
+        let decisions = options.route == "submit" ? options.requests * options.batch : options.requests
+        log("signing \(decisions) purchases with the test PKI and \(options.clients) Firebase ID tokens")
+        let chain = try ["testLeaf.der", "testIntermediate.der", "testCA.der"].map {
+            [UInt8](try Data(contentsOf: apple.appendingPathComponent($0)))
+        }
+        let appleKey = try String(contentsOf: apple.appendingPathComponent("testLeaf.key.pem"), encoding: .utf8)
+        let firebaseKey = try String(contentsOf: firebase.appendingPathComponent("token-signer-1.key.pem"), encoding: .utf8)
+        let now = Int64(Date().timeIntervalSince1970)
+        let purchases = try (0..<decisions).map { index in
+            let start = (now - 3_600) * 1000
+            let id = String(4_000_000_000_000_000 + index)
+            return try TestJWSSigner.sign(
+                payload: [
+                    "originalTransactionId": id, "transactionId": id, "productId": "com.myrecipes.premium.monthly",
+                    "bundleId": "com.myrecipes.app", "purchaseDate": start, "expiresDate": start + 30 * 86_400_000,
+                    "inAppOwnershipType": "PURCHASED", "environment": "Sandbox", "signedDate": start,
+                    "type": "Auto-Renewable Subscription",
+                ], chain: chain, privateKeyPEM: appleKey)
+        }
+        let tokens = try (0..<options.clients).map { client in
+            try TestTokenSigner.sign(
+                claims: TestTokenSigner.claims(projectId: projectId, uid: "bench-user-\(client)", now: now), keyId: "test-key-1",
+                algorithm: .rs256(privateKeyPEM: firebaseKey))
+        }
+        let serviceToken = String(repeating: "b3", count: 32)
+        let tokenFile = options.directory.appendingPathComponent("service-tokens")
+        try Data((serviceToken + "\n").utf8).write(to: tokenFile)
+        chmod(tokenFile.path, 0o600)
+        let requests: [[UInt8]] = (0..<options.requests).map { index in
+            if options.route == "submit" {
+                let lines = (0..<options.batch).map { line in
+                    let n = index * options.batch + line
+                    return JSONLine.render(["type": "purchase", "account": "bench-user-\(n % 5_000)", "signedTransaction": purchases[n]])
+                }
+                return request("/v1/submit", bearer: serviceToken, body: lines.joined(separator: "\n") + "\n")
+            }
+            return request(
+                "/v1/transactions", bearer: tokens[index % options.clients],
+                body: JSONLine.render(["type": "purchase", "signedTransaction": purchases[index]]))
+        }
+
+        let server = try Server(
+            store: store, certificates: firebase.appendingPathComponent("certificates.json"), tokenFile: tokenFile,
+            log: options.directory.appendingPathComponent("serve.log"))
+        defer { server.stop() }
+        log("ledger serve listening on port \(server.port); \(options.clients) clients, \(options.requests) requests to /v1/\(options.route)")
+        let load = Load(requests: requests, clients: options.clients, port: server.port, sampleMemory: server.residentKiB)
+        let started = Date()
+        load.run()
+        let seconds = Date().timeIntervalSince(started)
+        let metrics = try server.metrics()
+        let latencies = load.latencies.sorted()
+        func percentile(_ p: Double) -> Double {
+            latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] * 1000
+        }
+        var figures: JSONObject = [
+            "route": "/v1/\(options.route)", "clients": options.clients, "requests": options.requests,
+            "decisions": decisions, "seconds": (seconds * 1000).rounded() / 1000,
+            "decisionsPerSecond": Int(Double(decisions) / seconds), "requestsPerSecond": Int(Double(options.requests) / seconds),
+            "latencyMs": ["p50": percentile(0.5), "p90": percentile(0.9), "p99": percentile(0.99), "max": percentile(1)].mapValues {
+                ($0 * 100).rounded() / 100
+            },
+            "statuses": Dictionary(load.statuses.map { (String($0.key), $0.value) }, uniquingKeysWith: +),
+            "serverResidentMiB": load.memory.map { Double($0 / 1024) },
+            "serverPeakResidentMiB": Double(server.peakResidentKiB() / 1024),
+            "serverCPUSeconds": server.cpuSeconds(),
+            "cores": ProcessInfo.processInfo.activeProcessorCount,
+        ]
+        if options.route == "submit" { figures["batch"] = options.batch }
+        figures.merge(metrics) { $1 }
+        let exit = server.stop()
+        figures["serverExitStatus"] = Int(exit)
+        return figures
+    }
+
+    /// A keep-alive HTTP/1.1 request.
+    static func request(_ path: String, bearer: String, body: String) -> [UInt8] {
+        Array(
+            ("POST \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(bearer)\r\nContent-Type: application/json\r\n"
+                + "Content-Length: \(body.utf8.count)\r\n\r\n" + body).utf8)
+    }
+
+    /// The `ledger serve` child process.
+    final class Server {
+        let process = Process()
+        let port: UInt16
+        private var stopped: Int32?
+
+        init(store: URL, certificates: URL, tokenFile: URL, log: URL) throws {
+            process.executableURL = URL(fileURLWithPath: Bundle.main.executablePath ?? CommandLine.arguments[0])
+            process.arguments = [
+                "serve", "--store", store.path, "--listen", "127.0.0.1:0", "--firebase-project-id", ServeBenchmark.projectId,
+                "--firebase-certificates", certificates.path, "--service-token-file", tokenFile.path,
+            ]
+            _ = FileManager.default.createFile(atPath: log.path, contents: nil)
+            process.standardError = try FileHandle(forWritingTo: log)
+            let out = Pipe()
+            process.standardOutput = out
+            try process.run()
+            let line = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
+            guard let address = (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String])?["listening"],
+                let port = address.split(separator: ":").last.flatMap({ UInt16($0) })
+            else {
+                process.terminate()
+                throw CLIError(code: .storeError, message: "ledger serve did not start: \(line)")
+            }
+            self.port = port
+        }
+
+        @discardableResult
+        func stop() -> Int32 {
+            if let stopped { return stopped }
+            kill(process.processIdentifier, SIGTERM)
+            process.waitUntilExit()
+            stopped = process.terminationStatus
+            return process.terminationStatus
+        }
+
+        private func status(_ field: String) -> Int {
+            guard let text = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8),
+                let line = text.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") })
+            else { return 0 }
+            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "0") ?? 0
+        }
+
+        func residentKiB() -> Int { status("VmRSS") }
+        func peakResidentKiB() -> Int { status("VmHWM") }
+
+        /// User plus system CPU seconds the server has used.
+        func cpuSeconds() -> Double {
+            guard let text = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8),
+                let close = text.lastIndex(of: ")")
+            else { return 0 }
+            let fields = text[text.index(after: close)...].split(separator: " ")
+            guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+            return ((user + system) / Double(sysconf(Int32(_SC_CLK_TCK))) * 100).rounded() / 100
+        }
+
+        /// Commit group sizes and queue figures from `/metrics`.
+        func metrics() throws -> JSONObject {
+            let connection = try Connection(port: port)
+            let text = String(decoding: try connection.exchange(Array("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)).body, as: UTF8.self)
+            var buckets: [(bound: String, count: Int)] = []
+            var sum = 0.0
+            var count = 0
+            var commitSeconds = 0.0
+            for line in text.split(separator: "\n") {
+                let parts = line.split(separator: " ")
+                guard parts.count == 2 else { continue }
+                if line.hasPrefix("ledger_commit_group_size_bucket{le=\"") {
+                    buckets.append((String(parts[0].dropFirst("ledger_commit_group_size_bucket{le=\"".count).dropLast(2)), Int(parts[1]) ?? 0))
+                } else if line.hasPrefix("ledger_commit_group_size_sum") {
+                    sum = Double(parts[1]) ?? 0
+                } else if line.hasPrefix("ledger_commit_group_size_count") {
+                    count = Int(parts[1]) ?? 0
+                } else if line.hasPrefix("ledger_commit_seconds_sum") {
+                    commitSeconds = Double(parts[1]) ?? 0
+                }
+            }
+            // Per-bucket counts rather than Prometheus' cumulative ones.
+            var previous = 0
+            var sizes: [String: Int] = [:]
+            for bucket in buckets {
+                if bucket.count > previous { sizes["≤" + bucket.bound] = bucket.count - previous }
+                previous = bucket.count
+            }
+            return [
+                "commits": count, "meanGroupSize": count == 0 ? 0 : (sum / Double(count) * 10).rounded() / 10, "groupSizes": sizes,
+                "meanCommitMs": count == 0 ? 0 : (commitSeconds / Double(count) * 100_000).rounded() / 100,
+            ]
+        }
+    }
+
+    /// The clients: each a thread with one keep-alive connection, taking the next request until none is left.
+    final class Load: @unchecked Sendable {
+        let requests: [[UInt8]]
+        let clients: Int
+        let port: UInt16
+        let sampleMemory: () -> Int
+        private let lock = NSLock()
+        private var next = 0
+        private(set) var latencies: [Double] = []
+        private(set) var statuses: [Int: Int] = [:]
+        private(set) var memory: [Int] = []
+
+        init(requests: [[UInt8]], clients: Int, port: UInt16, sampleMemory: @escaping () -> Int) {
+            self.requests = requests
+            self.clients = clients
+            self.port = port
+            self.sampleMemory = sampleMemory
+            latencies.reserveCapacity(requests.count)
+        }
+
+        func run() {
+            let group = DispatchGroup()
+            for _ in 0..<clients {
+                group.enter()
+                Thread {
+                    self.client()
+                    group.leave()
+                }.start()
+            }
+            // Resident memory at each tenth of the run.
+            var mark = 0
+            while group.wait(timeout: .now() + .milliseconds(20)) == .timedOut {
+                let done = lock.withLock { next }
+                if done >= (mark + 1) * requests.count / 10 {
+                    mark += 1
+                    let kib = sampleMemory()
+                    lock.withLock { memory.append(kib) }
+                }
+            }
+        }
+
+        private func client() {
+            guard let connection = try? Connection(port: port) else { return }
+            while true {
+                let index: Int? = lock.withLock {
+                    guard next < requests.count else { return nil }
+                    defer { next += 1 }
+                    return next
+                }
+                guard let index else { return }
+                let started = DispatchTime.now()
+                let status = (try? connection.exchange(requests[index]).status) ?? 0
+                let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
+                lock.withLock {
+                    latencies.append(seconds)
+                    statuses[status, default: 0] += 1
+                }
+                if status == 0 { return }
+            }
+        }
+    }
+
+    /// One keep-alive connection. It reads answers framed by `Content-Length`, which is how
+    /// `ledger serve` sends every answer; it is the benchmark's client, not an HTTP implementation.
+    final class Connection {
+        private let socket: Int32
+        private var buffer: [UInt8] = []
+
+        init(port: UInt16) throws {
+            socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            var one: Int32 = 1
+            setsockopt(socket, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard connected == 0 else {
+                close(socket)
+                throw CLIError(code: .storeError, message: "cannot connect to 127.0.0.1:\(port)")
+            }
+        }
+
+        deinit { close(socket) }
+
+        struct Failure: Error {}
+
+        /// Sends `request` and reads one answer: its status and body.
+        func exchange(_ request: [UInt8]) throws -> (status: Int, body: [UInt8]) {
+            var sent = 0
+            while sent < request.count {
+                let written = request[sent...].withUnsafeBytes { send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                guard written > 0 else { throw Failure() }
+                sent += written
+            }
+            let separator: [UInt8] = [13, 10, 13, 10]
+            var headerEnd: Int?
+            while headerEnd == nil {
+                headerEnd = buffer.firstRange(of: separator)?.upperBound
+                if headerEnd == nil { try fill() }
+            }
+            guard let headerEnd else { throw Failure() }
+            let head = String(decoding: buffer[..<headerEnd], as: UTF8.self).lowercased()
+            let status = Int(head.split(separator: " ").dropFirst().first ?? "") ?? 0
+            let length =
+                head.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }.flatMap {
+                    Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces))
+                } ?? 0
+            while buffer.count < headerEnd + length { try fill() }
+            let body = Array(buffer[headerEnd..<(headerEnd + length)])
+            buffer.removeFirst(headerEnd + length)
+            return (status, body)
+        }
+
+        private func fill() throws {
+            var chunk = [UInt8](repeating: 0, count: 65_536)
+            let count = recv(socket, &chunk, chunk.count, 0)
+            guard count > 0 else { throw Failure() }
+            buffer += chunk[0..<count]
+        }
+    }
+}
