@@ -189,7 +189,11 @@ private final class Daemon: @unchecked Sendable {
         defer { lock.unlock() }
         core.startDraining()
         guard let handle, listeningSocket == nil else { return }
-        listeningSocket = MHD_quiesce_daemon(handle)
+        let socket = MHD_quiesce_daemon(handle)
+        // Refuse new connections at once (rather than leave them in the kernel's backlog), without
+        // closing the descriptor libmicrohttpd's threads may still hold.
+        if socket >= 0 { _ = shutdown(socket, Int32(SHUT_RDWR)) }
+        listeningSocket = socket
     }
 
     func stop() {

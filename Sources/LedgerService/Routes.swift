@@ -79,7 +79,10 @@ final class Routes: Sendable {
         case .ready:
             responder.respond(readiness())
         case .metrics:
-            let gauges = [("ledger_commit_queue_depth", "Submissions waiting for the writer.", Double(committer.queueDepth))]
+            let gauges = [
+                ("ledger_commit_queue_depth", "Submissions waiting for the writer.", Double(committer.queueDepth)),
+                ("ledger_commit_in_progress", "Submissions the writer is deciding and committing.", Double(committer.inProgress)),
+            ]
             responder.respond(
                 HTTPResponse(
                     status: 200, headers: [("Content-Type", "text/plain; version=0.0.4")], body: Array(metrics.render(gauges: gauges).utf8)))

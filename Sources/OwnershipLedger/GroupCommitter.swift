@@ -44,6 +44,7 @@ public final class GroupCommitter: @unchecked Sendable {
     private let condition = NSCondition()
     private var pending: [(groups: Groups, size: Int, completion: Completion)] = []
     private var depth = 0
+    private var committing = 0
     private var closed = false
     private let finished = DispatchSemaphore(value: 0)
 
@@ -60,6 +61,9 @@ public final class GroupCommitter: @unchecked Sendable {
 
     /// Submissions queued and not yet taken by the writer.
     public var queueDepth: Int { condition.withLock { depth } }
+
+    /// Submissions the writer has taken and not yet completed (deciding or committing them).
+    public var inProgress: Int { condition.withLock { committing } }
 
     /// Queues a request: `groups`, to be decided in order, each at its own time. `completion` runs
     /// on the writer thread once their commit is durable; keep it short.
@@ -97,6 +101,7 @@ public final class GroupCommitter: @unchecked Sendable {
                 request.completion(Array(results.prefix(request.groups.count)))
                 results = results.dropFirst(request.groups.count)
             }
+            condition.withLock { committing = 0 }
         }
         finished.signal()
     }
@@ -117,6 +122,7 @@ public final class GroupCommitter: @unchecked Sendable {
         let requests = Array(pending.prefix(taken))
         pending.removeFirst(taken)
         depth -= count
+        committing = count
         return requests
     }
 }

@@ -42,6 +42,11 @@ import Testing
         #expect(bob.json["account"] as? String == "bob-uid")
         #expect((bob.json["entitlements"] as? [[String: Any]])?.isEmpty == true, "bob sees nothing of alice's")
 
+        // Bob deleting his account changes nothing of alice's.
+        #expect(try served.client.send("DELETE", "/v1/account", headers: try served.authorization("bob-uid")).status == 200)
+        let stillAlice = try served.client.get("/v1/entitlements", headers: try served.authorization("alice-uid"))
+        #expect((stillAlice.json["entitlements"] as? [[String: Any]])?.first?["active"] as? Bool == true)
+
         // Deleting the account: recorded, with the warning that Apple billing continues.
         let deleted = try served.client.send("DELETE", "/v1/account", headers: try served.authorization("alice-uid"))
         #expect(deleted.status == 200, "\(deleted.text)")

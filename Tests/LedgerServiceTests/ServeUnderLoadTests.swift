@@ -85,27 +85,62 @@ import Testing
         var results: [(otid: String, uid: String, outcome: Outcome)] { lock.withLock { answered } }
     }
 
-    @Test func sigtermAnswersEveryRequestInFlightThenExitsZeroAndEveryAnswerIsDurable() throws {
-        let served = try ServedLedger(connections: 32)
-        let hammer = try Hammer(served, clients: 32, perClient: 40)
-        _ = hammer.run()
-        hammer.waitFor(answers: 64)
-        let signalled = Date()
-        #expect(served.stop(SIGTERM) == 0, "\(served.log.suffix(500))")
-        hammer.waitUntilDone()
-        let results = hammer.results
-        let granted = results.filter { $0.outcome.status == 200 }
-        #expect(granted.count >= 64)
-        #expect(
-            granted.contains { $0.outcome.finished > signalled },
-            "no request was in flight at SIGTERM: nothing to show it was answered")
-        // Refused ones were refused cleanly: 503 with Retry-After, or no connection at all.
-        for refused in results where refused.outcome.status != 200 {
-            #expect(refused.outcome.status == nil || (refused.outcome.status == 503 && refused.outcome.retryAfter != nil), "\(refused.outcome)")
+    @Test func queriesAreAnsweredWhileTheWriterWaitsAndAFullQueueIs503() throws {
+        let served = try ServedLedger(["--queue", "1"])
+        #expect(try served.transaction("purchase", as: "hana-uid", try ServedLedger.signedTransaction("13100")).status == 200)
+        let hold = ServedLedger.WriterHold(try served.ledger())
+        // The writer takes the first purchase and waits for the store; the second fills the queue.
+        let first = ServedLedger.Pending { try served.transaction("purchase", as: "ivan-uid", try ServedLedger.signedTransaction("13200")) }
+        #expect(try served.waitUntil { try served.metric("ledger_commit_in_progress") == 1 })
+        let second = ServedLedger.Pending { try served.transaction("purchase", as: "jack-uid", try ServedLedger.signedTransaction("13300")) }
+        #expect(try served.waitUntil { try served.metric("ledger_commit_queue_depth") == 1 })
+        // Reads do not wait for the writer.
+        let entitlements = try served.client.get("/v1/entitlements", headers: try served.authorization("hana-uid"))
+        #expect(entitlements.status == 200 && (entitlements.json["entitlements"] as? [[String: Any]])?.count == 1)
+        #expect(!first.isAnswered && !second.isAnswered)
+        // Every writing route is refused at once, with Retry-After, while the queue is full.
+        let notification = Fixtures.line([
+            "signedPayload": try ServedLedger.signedNotification("DID_RENEW", uuid: "13-n1", transaction: try ServedLedger.signedTransaction("13100"))
+        ])
+        for refused in [
+            try served.client.post("/v1/apple/notifications", notification),
+            try served.transaction("purchase", as: "kate-uid", try ServedLedger.signedTransaction("13400")),
+            try served.client.send("DELETE", "/v1/account", headers: try served.authorization("hana-uid")),
+            try served.client.post(
+                "/v1/submit", Fixtures.line(["type": "delete-account", "account": "hana-uid"]),
+                headers: ["Authorization": "Bearer \(ServedLedger.serviceToken)"]),
+        ] {
+            #expect(refused.status == 503 && refused.headers["retry-after"] != nil && refused.json["code"] as? String == "overloaded")
         }
+        hold.release()
+        #expect(first.wait()?.status == 200 && second.wait()?.status == 200)
         let ledger = try served.ledger()
-        for answer in granted { #expect(try ledger.binding(originalTransactionId: answer.otid).uid == answer.uid) }
-        #expect(try ledger.store.replay().isIntact)
+        #expect(try ledger.binding(originalTransactionId: "13400").state == "unbound", "a refused request was decided")
+        #expect(try ledger.account(uid: "hana-uid").known, "a refused deletion was decided")
+    }
+
+    @Test func sigtermAnswersTheRequestsInFlightRefusesNewOnesAndExitsZero() throws {
+        let served = try ServedLedger()
+        let open = try RawConnection(port: served.port)  // accepted before the signal
+        let hold = ServedLedger.WriterHold(try served.ledger())
+        let first = ServedLedger.Pending { try served.transaction("purchase", as: "lena-uid", try ServedLedger.signedTransaction("14100")) }
+        #expect(try served.waitUntil { try served.metric("ledger_commit_in_progress") == 1 })
+        let second = ServedLedger.Pending { try served.transaction("purchase", as: "mira-uid", try ServedLedger.signedTransaction("14200")) }
+        #expect(try served.waitUntil { try served.metric("ledger_commit_queue_depth") == 1 })
+        kill(served.process.processIdentifier, SIGTERM)
+        // No new connection is accepted; an open one is answered 503 and closed.
+        #expect(served.waitUntil { (try? RawConnection(port: served.port)) == nil })
+        open.send("GET /readyz HTTP/1.1\r\nHost: t\r\n\r\n")
+        let refused = open.readUntilClosed(timeout: 10)
+        #expect(refused.text.hasPrefix("HTTP/1.1 503") && refused.text.contains("shutting-down") && refused.closed, "\(refused.text)")
+        #expect(served.process.isRunning, "exited with requests in flight")
+        hold.release()
+        #expect(first.wait()?.status == 200 && second.wait()?.status == 200)
+        served.process.waitUntilExit()
+        #expect(served.process.terminationStatus == 0)
+        let ledger = try served.ledger()
+        #expect(try ledger.binding(originalTransactionId: "14100").uid == "lena-uid")
+        #expect(try ledger.binding(originalTransactionId: "14200").uid == "mira-uid")
         #expect(served.log.contains("\"event\":\"stopped\""))
     }
 
@@ -121,20 +156,6 @@ import Testing
         let ledger = try served.ledger()
         for answer in granted { #expect(try ledger.binding(originalTransactionId: answer.otid).uid == answer.uid, "answered but lost") }
         #expect(try ledger.store.replay().isIntact)
-    }
-
-    @Test func aFullWriterQueueIs503WithRetryAfterAndAppendsNothing() throws {
-        let served = try ServedLedger(["--queue", "1"], connections: 64)
-        let jws = try (0..<64).map { try ServedLedger.signedTransaction("\(11_000 + $0)") }
-        let outcomes = concurrently(64) { index in Self.purchase(served, uid: "crowd-\(index)", jws: jws[index]) }
-        let refused = (0..<64).filter { outcomes[$0].status == 503 }
-        #expect(!refused.isEmpty, "64 clients never filled a queue of 1")
-        #expect(refused.allSatisfy { outcomes[$0].retryAfter != nil })
-        #expect((0..<64).allSatisfy { outcomes[$0].status == 200 || outcomes[$0].status == 503 })
-        let ledger = try served.ledger()
-        for index in 0..<64 {
-            #expect(try ledger.binding(originalTransactionId: "\(11_000 + index)").state == (refused.contains(index) ? "unbound" : "bound"))
-        }
     }
 
     @Test func oversizedAndSlowBodiesAreRefusedWhileOthersAreServed() throws {

@@ -77,6 +77,69 @@ final class ServedLedger: @unchecked Sendable {
 
     var log: String { String(decoding: (try? Data(contentsOf: logFile)) ?? Data(), as: UTF8.self) }
 
+    /// A gauge or counter of `/metrics` (the sample whose name and labels are `sample`).
+    func metric(_ sample: String) throws -> Double? {
+        let text = try client.get("/metrics").text
+        return text.split(separator: "\n").first { $0.hasPrefix(sample + " ") }.flatMap { Double($0.split(separator: " ")[1]) }
+    }
+
+    /// Polls `condition` for up to 20 seconds; whether it became true.
+    func waitUntil(_ condition: () throws -> Bool) rethrows -> Bool {
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            if try condition() { return true }
+            usleep(5_000)
+        }
+        return false
+    }
+
+    /// Holds the store's write lock from the test process (an LMDB write transaction left open)
+    /// until ``release()``: the server's writer waits for it, its readers do not.
+    final class WriterHold: @unchecked Sendable {
+        private let entered = DispatchSemaphore(value: 0)
+        private let released = DispatchSemaphore(value: 0)
+        private let done = DispatchSemaphore(value: 0)
+
+        init(_ ledger: Ledger) {
+            Thread {
+                _ = try? ledger.store.write { _ in
+                    self.entered.signal()
+                    self.released.wait()
+                }
+                self.done.signal()
+            }.start()
+            entered.wait()
+        }
+
+        func release() {
+            released.signal()
+            done.wait()
+        }
+    }
+
+    /// Sends a request on another thread; its answer once it comes.
+    final class Pending: @unchecked Sendable {
+        private let lock = NSLock()
+        private var answer: HTTPClient.Response?
+        private let finished = DispatchSemaphore(value: 0)
+
+        init(_ send: @escaping @Sendable () throws -> HTTPClient.Response) {
+            Thread {
+                let answer = try? send()
+                self.lock.withLock { self.answer = answer }
+                self.finished.signal()
+            }.start()
+        }
+
+        var isAnswered: Bool { lock.withLock { answer != nil } }
+
+        func wait() -> HTTPClient.Response? {
+            finished.wait()
+            finished.signal()
+            return lock.withLock { answer }
+        }
+    }
+
     // MARK: Requests
 
     func authorization(_ uid: String) throws -> [String: String] { ["Authorization": "Bearer " + (try Self.token(uid))] }
