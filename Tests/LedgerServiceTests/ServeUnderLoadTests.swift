@@ -167,17 +167,17 @@ import Testing
         // Over the server's limit: refused on the headers, before the body is read.
         let huge = try RawConnection(port: served.port)
         huge.send("POST /v1/submit HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(ServedLedger.serviceToken)\r\nContent-Length: \(5 << 20)\r\n\r\n")
-        #expect(huge.readUntilClosed(timeout: 10).text.hasPrefix("HTTP/1.1 413"))
+        #expect(huge.readUntilClosed(timeout: 30).text.hasPrefix("HTTP/1.1 413"))
         // A body that stalls halfway, and one that trickles in: disconnected without an answer.
         let stalled = try RawConnection(port: served.port)
         stalled.send("POST /v1/apple/notifications HTTP/1.1\r\nHost: t\r\nContent-Length: 500\r\n\r\n{\"signedPayload\":\"")
         let trickling = try RawConnection(port: served.port)
         trickling.send("POST /v1/apple/notifications HTTP/1.1\r\nHost: t\r\nContent-Length: 500\r\n\r\n")
-        Thread { for _ in 0..<30 where trickling.send("a") { usleep(200_000) } }.start()
+        Thread { for _ in 0..<200 where trickling.send("a") { usleep(150_000) } }.start()
         #expect(try served.transaction("purchase", as: "gil-uid", try ServedLedger.signedTransaction("12100")).status == 200)
-        let stalledEnd = stalled.readUntilClosed(timeout: 10)
+        let stalledEnd = stalled.readUntilClosed(timeout: 20)
         #expect(stalledEnd.closed && stalledEnd.text.isEmpty)
-        let trickleEnd = trickling.readUntilClosed(timeout: 10)
+        let trickleEnd = trickling.readUntilClosed(timeout: 20)
         #expect(trickleEnd.closed && trickleEnd.text.isEmpty)
         #expect(try served.client.get("/readyz").status == 200)
     }
