@@ -24,6 +24,9 @@ public final class HTTPServer: Sendable {
         public var threads: Int
         /// The longest request body accepted; a longer one is answered 413.
         public var maximumBodyBytes: Int
+        /// A request's own body limit, decided from its method, path and headers before the body
+        /// is read (e.g. larger for an authenticated route); ``maximumBodyBytes`` when nil.
+        public var bodyLimit: (@Sendable (HTTPRequest) -> Int)?
         /// Memory per connection for the request line, headers and buffers: larger headers are
         /// refused by libmicrohttpd (431).
         public var connectionMemoryBytes: Int
@@ -39,14 +42,15 @@ public final class HTTPServer: Sendable {
         public init(
             host: String = "127.0.0.1", port: UInt16 = 0, tls: TLS? = nil,
             threads: Int = max(2, ProcessInfo.processInfo.activeProcessorCount), maximumBodyBytes: Int = 1 << 20,
-            connectionMemoryBytes: Int = 32 << 10, maximumConnections: Int = 1024, idleTimeoutSeconds: Int = 30,
-            bodyTimeoutSeconds: Double = 30
+            bodyLimit: (@Sendable (HTTPRequest) -> Int)? = nil, connectionMemoryBytes: Int = 32 << 10, maximumConnections: Int = 1024,
+            idleTimeoutSeconds: Int = 30, bodyTimeoutSeconds: Double = 30
         ) {
             self.host = host
             self.port = port
             self.tls = tls
             self.threads = threads
             self.maximumBodyBytes = maximumBodyBytes
+            self.bodyLimit = bodyLimit
             self.connectionMemoryBytes = connectionMemoryBytes
             self.maximumConnections = maximumConnections
             self.idleTimeoutSeconds = idleTimeoutSeconds
@@ -298,8 +302,8 @@ final class ServerCore: @unchecked Sendable {
             let exchange = Exchange(connection: connection, core: self, method: method, path: url)
             context.pointee = Unmanaged.passRetained(exchange).toOpaque()
             register(exchange)
-            if let length = exchange.request.header("content-length").flatMap(Int.init), length > configuration.maximumBodyBytes {
-                return exchange.send(tooLarge)
+            if let length = exchange.request.header("content-length").flatMap(Int.init), length > exchange.bodyLimit {
+                return exchange.send(exchange.tooLarge)
             }
             return .YES
         }
@@ -312,11 +316,6 @@ final class ServerCore: @unchecked Sendable {
         return exchange.requestComplete()
     }
 
-    var tooLarge: HTTPResponse {
-        HTTPResponse.error(
-            413, code: "payload-too-large", message: "the request body is longer than \(configuration.maximumBodyBytes) bytes",
-            headers: [("Connection", "close")])
-    }
 }
 
 /// One request on one connection, from its headers to the end of its response. Its request
@@ -327,6 +326,8 @@ final class Exchange: @unchecked Sendable {
     private let connection: OpaquePointer
     private unowned let core: ServerCore
     private(set) var request: HTTPRequest
+    /// This request's body limit (``HTTPServer/Configuration/bodyLimit``).
+    let bodyLimit: Int
     private let started = DispatchTime.now()
     private var bodyTooLarge = false
     private let lock = NSLock()
@@ -341,6 +342,12 @@ final class Exchange: @unchecked Sendable {
         request = HTTPRequest(
             method: method, path: path, query: Self.values(connection, .GET_ARGUMENT_KIND),
             headers: Self.values(connection, .HEADER_KIND))
+        bodyLimit = core.configuration.bodyLimit?(request) ?? core.configuration.maximumBodyBytes
+    }
+
+    var tooLarge: HTTPResponse {
+        HTTPResponse.error(
+            413, code: "payload-too-large", message: "the request body is longer than \(bodyLimit) bytes", headers: [("Connection", "close")])
     }
 
     private var elapsed: Double { Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9 }
@@ -352,7 +359,7 @@ final class Exchange: @unchecked Sendable {
     func receive(_ chunk: UnsafeRawBufferPointer) -> Bool {
         guard elapsed <= core.configuration.bodyTimeoutSeconds else { return false }
         guard !bodyTooLarge else { return true }  // read and dropped, answered 413 at the end
-        if request.body.count + chunk.count > core.configuration.maximumBodyBytes {
+        if request.body.count + chunk.count > bodyLimit {
             bodyTooLarge = true
             request.body = []
         } else {
@@ -368,7 +375,7 @@ final class Exchange: @unchecked Sendable {
         case .receiving:
             phase = .handling
             lock.unlock()
-            if bodyTooLarge { return send(core.tooLarge) }
+            if bodyTooLarge { return send(tooLarge) }
             if core.isDraining {
                 return send(
                     HTTPResponse.error(

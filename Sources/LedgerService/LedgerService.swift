@@ -39,9 +39,11 @@ public final class LedgerService: Sendable {
         }
     }
 
-    /// The largest body of the app's and Apple's routes (a JWS is a few KB); `POST /v1/submit`
-    /// takes up to the server's `maximumBodyBytes`.
+    /// The largest body of the app's and Apple's routes (a JWS is a few KB), and of any request
+    /// before it has shown a service token.
     public static let maximumSingleBodyBytes = 256 << 10
+    /// The largest `POST /v1/submit` body, for a caller with a service token.
+    public static let maximumBatchBodyBytes = 4 << 20
 
     /// The port listened on.
     public var port: UInt16 { server.port }
@@ -74,7 +76,12 @@ public final class LedgerService: Sendable {
             tokens: FirebaseTokenVerifier(projectId: configuration.firebaseProjectId, keys: keys, clockSkew: configuration.clockSkew),
             serviceTokens: configuration.serviceTokens)
         var http = configuration.http
-        http.maximumBodyBytes = max(http.maximumBodyBytes, Self.maximumSingleBodyBytes)
+        // Only a caller with a service token may send a batch-sized body: nobody else can make the
+        // server hold more than 256 KiB per connection.
+        http.maximumBodyBytes = Self.maximumSingleBodyBytes
+        http.bodyLimit = { request in
+            routes.isServiceCall(request) ? Self.maximumBatchBodyBytes : Self.maximumSingleBodyBytes
+        }
         do {
             server = try HTTPServer(
                 configuration: http,

@@ -69,10 +69,6 @@ final class Routes: Sendable {
                     405, code: "method-not-allowed", message: "\(route.path) takes \(methods.map(\.method).joined(separator: ", "))",
                     headers: [("Allow", methods.map(\.method).joined(separator: ", "))]))
         }
-        if matched != .submit && request.body.count > LedgerService.maximumSingleBodyBytes {
-            return responder.respond(
-                .error(413, code: "payload-too-large", message: "the body is longer than \(LedgerService.maximumSingleBodyBytes) bytes"))
-        }
         switch matched {
         case .health:
             responder.respond(.json(200, #"{"status":"alive"}"#))
@@ -137,6 +133,14 @@ final class Routes: Sendable {
             responder.respond(refuse(error.code.rawValue, error.message))
         }
         return nil
+    }
+
+    /// A `POST /v1/submit` carrying one of the service tokens (read before its body).
+    func isServiceCall(_ request: HTTPRequest) -> Bool {
+        guard request.method == "POST", request.path == Route.submit.path, let serviceTokens,
+            let token = RequestBodies.bearerToken(request.header("Authorization"))
+        else { return false }
+        return serviceTokens.accepts(token)
     }
 
     private func authorizeService(_ request: HTTPRequest, _ responder: HTTPResponder) -> Bool {

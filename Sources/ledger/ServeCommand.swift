@@ -47,7 +47,6 @@ struct ServeCommand: Subcommand {
         if let connections = try arguments.integer("max-connections") { http.maximumConnections = max(1, connections) }
         if let idle = try arguments.integer("idle-timeout") { http.idleTimeoutSeconds = max(1, idle) }
         if let body = try arguments.integer("body-timeout") { http.bodyTimeoutSeconds = Double(max(1, body)) }
-        http.maximumBodyBytes = 4 << 20
         var configuration = LedgerService.Configuration(
             http: http, firebaseProjectId: projectId, firebaseCertificates: try certificates(arguments.value("firebase-certificates")))
         if let skew = try arguments.integer("clock-skew") { configuration.clockSkew = Int64(skew) }

@@ -113,6 +113,20 @@ import Testing
         #expect(try client.post("/x", String(repeating: "b", count: 1_000)).json["bodyBytes"] as? Int == 1_000)
     }
 
+    @Test func eachRequestMayHaveItsOwnBodyLimitDecidedFromItsHeaders() throws {
+        let server = try HTTPServer(
+            configuration: .init(
+                maximumBodyBytes: 100, bodyLimit: { request in request.header("X-Trusted") == "yes" ? 10_000 : 100 }), respond: Self.echo)
+        defer { server.shutdown() }
+        let client = try HTTPClient(port: server.port)
+        let body = String(repeating: "c", count: 5_000)
+        #expect(try client.post("/x", body, headers: ["X-Trusted": "yes"]).json["bodyBytes"] as? Int == 5_000)
+        let refused = try RawConnection(port: server.port)
+        refused.send("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n")
+        let answer = refused.readUntilClosed(timeout: 30)
+        #expect(answer.text.hasPrefix("HTTP/1.1 413") && answer.text.contains("longer than 100 bytes"), "\(answer.text)")
+    }
+
     @Test func oversizedHeadersAreRefused() throws {
         let server = try HTTPServer(configuration: .init(connectionMemoryBytes: 16 << 10), respond: Self.echo)
         defer { server.shutdown() }

@@ -164,10 +164,17 @@ import Testing
         let big = Fixtures.line(["type": "purchase", "signedTransaction": String(repeating: "a", count: 300_000)])
         let tooBig = try served.client.post("/v1/transactions", big, headers: headers)
         #expect(tooBig.status == 413 && tooBig.json["code"] as? String == "payload-too-large")
-        // Over the server's limit: refused on the headers, before the body is read.
-        let huge = try RawConnection(port: served.port)
-        huge.send("POST /v1/submit HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(ServedLedger.serviceToken)\r\nContent-Length: \(5 << 20)\r\n\r\n")
-        #expect(huge.readUntilClosed(timeout: 30).text.hasPrefix("HTTP/1.1 413"))
+        // Over the limit: refused on the headers, before the body is read. Only a service token
+        // raises the limit from 256 KiB to 4 MiB.
+        for (authorization, length) in [(ServedLedger.serviceToken, 5 << 20), ("not-a-service-token", 300_000)] {
+            let huge = try RawConnection(port: served.port)
+            huge.send("POST /v1/submit HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \(authorization)\r\nContent-Length: \(length)\r\n\r\n")
+            #expect(huge.readUntilClosed(timeout: 30).text.hasPrefix("HTTP/1.1 413"))
+        }
+        let padded = Fixtures.line(["type": "purchase", "account": "x", "signedTransaction": String(repeating: "p", count: 1_000)])
+        let batch = String(repeating: padded + "\n", count: 900)  // about 1 MiB
+        let answered = try served.client.post("/v1/submit", batch, headers: ["Authorization": "Bearer \(ServedLedger.serviceToken)"])
+        #expect(answered.status == 200 && answered.text.split(separator: "\n").count == 900)
         // A body that stalls halfway, and one that trickles in: disconnected without an answer.
         let stalled = try RawConnection(port: served.port)
         stalled.send("POST /v1/apple/notifications HTTP/1.1\r\nHost: t\r\nContent-Length: 500\r\n\r\n{\"signedPayload\":\"")
