@@ -145,19 +145,7 @@ public final class RawConnection: @unchecked Sendable {
 /// test certificate authority and chosen protocol versions.
 public enum Curl {
     public static func run(_ arguments: [String]) throws -> LedgerBinary.Result {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["curl", "--max-time", "20"] + arguments
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return LedgerBinary.Result(
-            status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+        try LedgerBinary.runProcess(URL(fileURLWithPath: "/usr/bin/env"), ["curl", "--max-time", "20"] + arguments)
     }
 }
 

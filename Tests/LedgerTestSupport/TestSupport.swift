@@ -169,6 +169,24 @@ public enum LedgerBinary {
         }
     }
 
+    /// Runs any `executable arguments…` with no input, waiting for it to exit.
+    public static func runProcess(_ executable: URL, _ arguments: [String]) throws -> Result {
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Result(
+            status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
     /// Starts `ledger arguments…` without waiting.
     public static func start(_ arguments: [String], stdin: String = "", currentDirectory: URL? = nil) throws -> Running {
         try start(arguments, stdinData: Data(stdin.utf8), currentDirectory: currentDirectory)

@@ -64,25 +64,12 @@ import Testing
             try FileManager.default.copyItem(at: LedgerBinary.url, to: binary)
             _ = chmod(binary.path, 0o755)
         }
-        let process = Process()
         if Self.asRoot {
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-            process.arguments = ["--reuid=\(Self.nobody)", "--regid=\(Self.nobody)", "--clear-groups", "--", binary.path] + arguments
-        } else {
-            process.executableURL = binary
-            process.arguments = arguments
+            return try LedgerBinary.runProcess(
+                URL(fileURLWithPath: "/usr/bin/setpriv"),
+                ["--reuid=\(Self.nobody)", "--regid=\(Self.nobody)", "--clear-groups", "--", binary.path] + arguments)
         }
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return LedgerBinary.Result(
-            status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+        return try LedgerBinary.runProcess(binary, arguments)
     }
 
     static let cases: [(denied: String, arguments: [String])] = [
