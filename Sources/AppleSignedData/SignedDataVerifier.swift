@@ -265,7 +265,15 @@ public struct SignedDataVerifier: Sendable {
     }
 
     static func verifySignature(_ signature: [UInt8], input: [UInt8], leaf: X509Certificate) throws(VerificationError) {
-        let der = try ECDSASignature(raw: signature).der()
+        guard signature.count == 64 else {
+            throw VerificationError(.verificationFailed, "ES256 signature is \(signature.count) bytes; 64 (R‖S) are required")
+        }
+        let der: [UInt8]
+        do {
+            der = try ES256Signature.der(fromRaw: signature)
+        } catch {
+            throw VerificationError(.cryptoFailure, "\(error)")
+        }
         let key: PublicKey
         switch leaf.publicKey() {
         case .success(let decoded): key = decoded

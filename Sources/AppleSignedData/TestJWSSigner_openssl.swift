@@ -1,4 +1,3 @@
-import COpenSSL
 import Foundation
 import LedgerCrypto
 
@@ -28,37 +27,9 @@ public enum TestJWSSigner {
 
     /// ECDSA P-256 / SHA-256 over `message`, returned in JOSE form (64 bytes R‖S).
     public static func signES256(_ message: [UInt8], privateKeyPEM: String) throws -> [UInt8] {
-        let key = try PrivateKey(pem: privateKeyPEM)
-        guard let context = EVP_MD_CTX_new() else { throw CryptoError("EVP_MD_CTX_new") }
-        defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestSignInit(context, nil, EVP_sha256(), nil, key.pointer) == 1 else { throw CryptoError("EVP_DigestSignInit") }
-        var length = 0
-        guard EVP_DigestSign(context, nil, &length, message, message.count) == 1 else { throw CryptoError("EVP_DigestSign (size)") }
-        var der = [UInt8](repeating: 0, count: length)
-        guard EVP_DigestSign(context, &der, &length, message, message.count) == 1 else { throw CryptoError("EVP_DigestSign") }
-        guard let signature = ECDSASignature(der: Array(der.prefix(length))) else { throw CryptoError("d2i_ECDSA_SIG") }
-        return try signature.raw()
+        try ES256PrivateKey(pem: privateKeyPEM).sign(message)
     }
 
     /// Base64url without padding, as used in JWS segments.
     public static func base64URL(_ bytes: [UInt8]) -> String { Base64URL.encode(bytes) }
-}
-
-/// Owns an `EVP_PKEY*` read from PEM (SEC1 or PKCS#8), freed in `deinit`.
-final class PrivateKey {
-    let pointer: OpaquePointer
-
-    init(pem: String) throws {
-        let bytes = Array(pem.utf8)
-        // BIO_new_mem_buf does not copy, so the buffer must outlive the read.
-        let key: OpaquePointer? = bytes.withUnsafeBufferPointer { buffer in
-            guard let length = Int32(exactly: buffer.count), let bio = BIO_new_mem_buf(buffer.baseAddress, length) else { return nil }
-            defer { BIO_free(bio) }
-            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
-        }
-        guard let key else { throw CryptoError("PEM_read_bio_PrivateKey") }
-        pointer = key
-    }
-
-    deinit { EVP_PKEY_free(pointer) }
 }

@@ -46,21 +46,27 @@ final class EVPKey {
         return EVPKey(key)
     }
 
-    /// Parses a PEM block with `read` (a `PEM_read_bio_*` call) and checks the key is Ed25519.
-    static func ed25519(pem: String, read: (OpaquePointer) -> OpaquePointer?) throws -> EVPKey {
+    /// Parses a PEM block with `read` (a `PEM_read_bio_*` call); `invalid` makes the error for text that
+    /// does not parse, from OpenSSL's reason.
+    static func pem(_ pem: String, invalid: (String) -> any Error, read: (OpaquePointer) -> OpaquePointer?) throws -> EVPKey {
         let bytes = Array(pem.utf8)
-        guard !bytes.isEmpty else { throw Ed25519Error.invalidPEM("empty text") }
+        guard !bytes.isEmpty else { throw invalid("empty text") }
         return try bytes.withUnsafeBytes { buffer in
             // The memory BIO only borrows `buffer`, so it must not outlive this closure.
             guard let bio = BIO_new_mem_buf(buffer.baseAddress, try int32Length(buffer.count, "BIO_new_mem_buf")) else {
                 throw CryptoError("BIO_new_mem_buf")
             }
             defer { BIO_free(bio) }
-            guard let parsed = read(bio) else { throw Ed25519Error.invalidPEM(CryptoError.drainErrorQueue()) }
-            let key = EVPKey(parsed)
-            guard EVP_PKEY_get_id(parsed) == EVP_PKEY_ED25519 else { throw Ed25519Error.notEd25519 }
-            return key
+            guard let parsed = read(bio) else { throw invalid(CryptoError.drainErrorQueue()) }
+            return EVPKey(parsed)
         }
+    }
+
+    /// Parses a PEM block with `read` (a `PEM_read_bio_*` call) and checks the key is Ed25519.
+    static func ed25519(pem: String, read: (OpaquePointer) -> OpaquePointer?) throws -> EVPKey {
+        let key = try EVPKey.pem(pem, invalid: Ed25519Error.invalidPEM, read: read)
+        guard EVP_PKEY_get_id(key.pointer) == EVP_PKEY_ED25519 else { throw Ed25519Error.notEd25519 }
+        return key
     }
 
     /// The 32 raw public key bytes.
