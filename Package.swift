@@ -20,16 +20,17 @@ let package = Package(
         .target(name: "LedgerCrypto", dependencies: ["LedgerCore", "COpenSSL"]),
         .target(name: "LedgerStore", dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "CLMDB"]),
         .target(name: "AppleSignedData", dependencies: ["LedgerCore", "LedgerCrypto", "COpenSSL", "StrictJSON"]),
+        .target(name: "AppStoreServerAPI", dependencies: ["LedgerCrypto", "AppleSignedData"]),
         .target(
             name: "OwnershipLedger",
-            dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "LedgerStore", "AppleSignedData", "StrictJSON"]),
+            dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "LedgerStore", "AppleSignedData", "StrictJSON", "AppStoreServerAPI"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
         .target(name: "FirebaseAuth", dependencies: ["LedgerCrypto", "COpenSSL", "StrictJSON"]),
         .target(name: "LedgerService", dependencies: ["OwnershipLedger", "HTTPServer", "FirebaseAuth", "StrictJSON"]),
         .executableTarget(name: "ledger", dependencies: ["OwnershipLedger", "StrictJSON", "LedgerService", "HTTPServer", "FirebaseAuth"]),
         .target(
             name: "LedgerTestSupport",
-            dependencies: ["OwnershipLedger", "LedgerCore", "LedgerStore", "LedgerCrypto", "AppleSignedData", "StrictJSON"],
+            dependencies: ["OwnershipLedger", "LedgerCore", "LedgerStore", "LedgerCrypto", "AppleSignedData", "StrictJSON", "AppStoreServerAPI"],
             path: "Tests/LedgerTestSupport"),
         .testTarget(name: "StrictJSONTests", dependencies: ["StrictJSON", "LedgerTestSupport"]),
         .testTarget(name: "LedgerCoreTests", dependencies: ["LedgerCore", "Projections", "LedgerTestSupport"]),
@@ -44,6 +45,9 @@ let package = Package(
             name: "LedgerServiceTests", dependencies: ["LedgerService", "FirebaseAuth", "OwnershipLedger", "AppleSignedData", "LedgerTestSupport"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "LedgerTestSupport"], exclude: ["TLS"]),
         .testTarget(name: "OwnershipLedgerTests", dependencies: ["OwnershipLedger", "LedgerTestSupport"]),
+        .testTarget(
+            name: "AppStoreServerAPITests",
+            dependencies: ["AppStoreServerAPI", "OwnershipLedger", "HTTPServer", "LedgerCrypto", "AppleSignedData", "LedgerTestSupport"]),
     ]
 )
 

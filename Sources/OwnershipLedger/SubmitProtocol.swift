@@ -193,8 +193,7 @@ public struct SubmitProtocol: Sendable {
                 throw ProtocolError("response (the App Store Server API response JSON) is missing or not an object")
             }
             let parsed = try ReconciliationResponse(json: response)
-            let items = try ledger.verifier.verifyReconciliation(parsed, now: at).map { try $0.get() }
-            return (items.map { .transaction(.reconciliation, uid: nil, $0.transaction, .verifiedJWS) }, at)
+            return (try ledger.reconciliationSubmissions(parsed, at: at).map { try $0.get() }, at)
         default:
             let kind: SubmissionKind = type == "purchase" ? .purchase : type == "renewal" ? .renewal : .restore
             let uid = try caller?.account ?? account(object)

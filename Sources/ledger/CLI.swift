@@ -11,6 +11,8 @@ enum ExitCode: Int32 {
     case usage = 2
     /// The store could not be opened or written (missing, key file, newer format, corrupt).
     case storeError = 3
+    /// The App Store Server API could not be used (401, 404, still 429 or 5xx after the retries).
+    case appleAPIFailed = 4
 }
 
 /// A failure that ends the command with an exit code and a message.

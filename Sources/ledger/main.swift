@@ -7,7 +7,7 @@ let commands: [any Subcommand.Type] = [
     InitCommand.self, SubmitCommand.self, BindingCommand.self, AccountCommand.self, LogCommand.self, VerifyCommand.self,
     RebuildCommand.self, StatsCommand.self, InspectJWSCommand.self, BenchCommand.self, DemoCommand.self,
     ReplayCommand.self, ExplainCommand.self, CheckpointCommand.self, SigningKeyCommand.self, DisputeCommand.self,
-    SupportCommand.self, AuditCommand.self, CompactCommand.self, ServeCommand.self,
+    SupportCommand.self, AuditCommand.self, CompactCommand.self, ServeCommand.self, AppleCommand.self,
 ]
 
 @MainActor func overview() -> String {
@@ -18,7 +18,7 @@ let commands: [any Subcommand.Type] = [
     for command in commands { lines.append("  " + command.name.padding(toLength: 12, withPad: " ", startingAt: 0) + command.abstract) }
     lines += [
         "", "Run `ledger COMMAND --help` for a command's options. Exit codes: 0 success, 1 verification failed,",
-        "2 usage error, 3 store error (missing, key file, newer format, corrupt).",
+        "2 usage error, 3 store error (missing, key file, newer format, corrupt), 4 App Store Server API failed.",
     ]
     return lines.joined(separator: "\n")
 }

@@ -1,10 +1,11 @@
+import AppStoreServerAPI
 import Foundation
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
 #endif
 
-/// A blocking HTTP client for tests, on the toolchain's URLSession.
+/// A blocking HTTP client for tests, on the API client's ``HTTPTransport`` (the toolchain's URLSession).
 public final class HTTPClient: Sendable {
     public struct Response: Sendable {
         public var status: Int
@@ -17,7 +18,7 @@ public final class HTTPClient: Sendable {
     }
 
     public let base: URL
-    private let session: URLSession
+    private let transport: HTTPTransport
 
     /// A client for `http://127.0.0.1:port` (or `base`), with up to `connections` keep-alive connections.
     public convenience init(port: UInt16, scheme: String = "http", connections: Int = 8) throws {
@@ -27,11 +28,7 @@ public final class HTTPClient: Sendable {
 
     public init(base: URL, connections: Int = 8) {
         self.base = base
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.httpMaximumConnectionsPerHost = connections
-        configuration.timeoutIntervalForRequest = 30
-        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
-        session = URLSession(configuration: configuration)
+        transport = HTTPTransport(timeoutSeconds: 30, connections: connections)
     }
 
     /// Sends one request and waits for its response.
@@ -41,47 +38,14 @@ public final class HTTPClient: Sendable {
         request.httpMethod = method
         for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
         request.httpBody = body
-        let outcome = Outcome()
-        let done = DispatchSemaphore(value: 0)
-        session.dataTask(with: request) { data, response, error in
-            outcome.set(data: data, response: response as? HTTPURLResponse, error: error)
-            done.signal()
-        }.resume()
-        done.wait()
-        return try outcome.result()
+        let response = try transport.send(request)
+        return Response(status: response.status, headers: response.headers, body: response.body)
     }
 
     public func get(_ path: String, headers: [String: String] = [:]) throws -> Response { try send("GET", path, headers: headers) }
 
     public func post(_ path: String, _ body: String, headers: [String: String] = [:]) throws -> Response {
         try send("POST", path, headers: headers, body: Data(body.utf8))
-    }
-
-    private final class Outcome: @unchecked Sendable {
-        private let lock = NSLock()
-        private var data: Data?
-        private var response: HTTPURLResponse?
-        private var error: (any Error)?
-
-        func set(data: Data?, response: HTTPURLResponse?, error: (any Error)?) {
-            lock.withLock {
-                self.data = data
-                self.response = response
-                self.error = error
-            }
-        }
-
-        func result() throws -> Response {
-            try lock.withLock {
-                if let error { throw error }
-                guard let response else { throw URLError(.badServerResponse) }
-                var headers: [String: String] = [:]
-                for (name, value) in response.allHeaderFields {
-                    if let name = name as? String, let value = value as? String { headers[name.lowercased()] = value }
-                }
-                return Response(status: response.statusCode, headers: headers, body: data ?? Data())
-            }
-        }
     }
 }
 

@@ -159,6 +159,9 @@ public enum LedgerBinary {
             self.err = err
         }
 
+        /// The process id (e.g. to send it a signal).
+        public var processIdentifier: Int32 { process.processIdentifier }
+
         public func wait() -> Result {
             let stdout = out.fileHandleForReading.readDataToEndOfFile()
             let stderr = err.fileHandleForReading.readDataToEndOfFile()
