@@ -45,6 +45,10 @@ public struct InspectedJWS: Sendable, Equatable {
 /// (AppTransaction: `receiptCreationDate`), or always when `validateAtSignedDate` is false.
 public struct SignedDataVerifier: Sendable {
     public let configuration: VerifierConfiguration
+    /// The configured roots in one OpenSSL store, built once.
+    let validator: ChainValidator
+    /// Chains validated before (shared by copies of this verifier).
+    let chains: ChainCache
 
     /// Leaf (App Store receipt signing) and intermediate (Apple WWDR) extension OIDs.
     static let leafOID = "1.2.840.113635.100.6.11.1"
@@ -52,13 +56,20 @@ public struct SignedDataVerifier: Sendable {
 
     /// Checks the configuration: at least one decodable root, appAppleId for Production,
     /// and `allowLocalTesting` for Xcode/LocalTesting. Failures are `.invalidConfiguration`.
-    public init(configuration: VerifierConfiguration) throws(VerificationError) {
+    /// `cachedChains`: how many distinct validated `x5c` chains to remember, so that a JWS with a
+    /// known chain costs one ECDSA verification (docs/verification.md).
+    public init(configuration: VerifierConfiguration, cachedChains: Int = 64) throws(VerificationError) {
         guard !configuration.rootCertificates.isEmpty else {
             throw VerificationError(.invalidConfiguration, "at least one root certificate is required")
         }
-        for (index, der) in configuration.rootCertificates.enumerated() where X509Certificate(der: der) == nil {
-            throw VerificationError(.invalidConfiguration, "rootCertificates[\(index)] is not a DER X.509 certificate")
+        var roots: [X509Certificate] = []
+        for (index, der) in configuration.rootCertificates.enumerated() {
+            guard let root = X509Certificate(der: der) else {
+                throw VerificationError(.invalidConfiguration, "rootCertificates[\(index)] is not a DER X.509 certificate")
+            }
+            roots.append(root)
         }
+        let validator = try ChainValidator(roots: roots)
         if configuration.environment == .production && configuration.appAppleId == nil {
             throw VerificationError(.invalidConfiguration, "a Production verifier requires appAppleId")
         }
@@ -68,6 +79,8 @@ public struct SignedDataVerifier: Sendable {
                 "environment \(configuration.environment.rawValue) skips all signature checks; set allowLocalTesting to use it")
         }
         self.configuration = configuration
+        self.validator = validator
+        chains = ChainCache(capacity: cachedChains)
     }
 
     /// Verifies a JWSTransaction: format, chain, signature, then bundleId and environment; decodes it.
@@ -148,13 +161,13 @@ public struct SignedDataVerifier: Sendable {
     /// Steps 1–6 of `docs/verification.md`. `kind == nil` guesses the kind and skips identity checks.
     func verifyJWS(_ jws: String, kind requestedKind: SignedDataKind?, now: Int64) throws(VerificationError) -> Verified {
         // 1. Shape.
-        let segments = jws.split(separator: ".", omittingEmptySubsequences: false)
+        let segments = jws.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard segments.count == 3 else {
             throw VerificationError(.invalidJWSFormat, "JWS has \(segments.count) segment\(segments.count == 1 ? "" : "s"); exactly 3 are required")
         }
         let header = try Self.jsonSegment(segments[0], name: "header")
         let payload = try Self.jsonSegment(segments[1], name: "payload")
-        guard let signature = Base64URL.decode(segments[2]) else {
+        guard let signature = Base64URL.decode(utf8: segments[2]) else {
             throw VerificationError(.invalidJWSFormat, "JWS signature is not canonical base64url")
         }
         let kind = requestedKind ?? SignedDataKind.guess(payload)
@@ -183,29 +196,23 @@ public struct SignedDataVerifier: Sendable {
                 throw VerificationError(
                     .invalidJWSFormat, "x5c holds \(x5c.count) certificate\(x5c.count == 1 ? "" : "s"); exactly 3 are required")
             }
-            var certificates: [X509Certificate] = []
+            var ders: [[UInt8]] = []
             for (index, entry) in x5c.enumerated() {
                 guard case .string(let text) = entry else {
                     throw VerificationError(.invalidCertificate, "x5c[\(index)] is not a string")
                 }
-                guard let der = Data(base64Encoded: text) else {
-                    throw VerificationError(.invalidCertificate, "x5c[\(index)] is not valid base64")
+                guard let der = Base64.decode(text) else {
+                    throw VerificationError(.invalidCertificate, "x5c[\(index)] is not valid base64 (canonical, padded: RFC 4648 §4)")
                 }
-                guard let certificate = X509Certificate(der: [UInt8](der)) else {
-                    throw VerificationError(.invalidCertificate, "x5c[\(index)] is not a DER X.509 certificate")
-                }
-                certificates.append(certificate)
+                ders.append(der)
             }
-            let leaf = certificates[0]
-            let intermediate = certificates[1]  // certificates[2] is never used: only configured roots are trusted
 
             // 4. Chain at the effective time, then the Apple OIDs.
-            let time = try effectiveTime(payload, kind: kind, now: now)
-            try validateChain(leaf: leaf, intermediate: intermediate, time: time)
+            let (chain, time) = try validatedChain(ders, payload: payload, kind: kind, now: now)
 
-            // 5. ES256 signature with the leaf key.
-            try Self.verifySignature(signature, input: Array(segments[0].utf8) + [UInt8(ascii: ".")] + Array(segments[1].utf8), leaf: leaf)
-            verified.leafSubject = try leaf.subject()
+            // 5. ES256 signature with the leaf key, over the ASCII bytes `header.payload`.
+            try Self.verifySignature(signature, input: Array(jws.utf8[..<segments[1].endIndex]), key: chain.leafKey)
+            verified.leafSubject = chain.leafSubject
             verified.validatedAt = time
         }
 
@@ -214,8 +221,8 @@ public struct SignedDataVerifier: Sendable {
         return verified
     }
 
-    static func jsonSegment(_ segment: Substring, name: String) throws(VerificationError) -> JSONMembers {
-        guard let bytes = Base64URL.decode(segment) else {
+    static func jsonSegment(_ segment: Substring.UTF8View, name: String) throws(VerificationError) -> JSONMembers {
+        guard let bytes = Base64URL.decode(utf8: segment) else {
             throw VerificationError(.invalidJWSFormat, "JWS \(name) is not canonical base64url")
         }
         do {
@@ -247,14 +254,36 @@ public struct SignedDataVerifier: Sendable {
         return ms / 1000 - (ms % 1000 < 0 ? 1 : 0)  // floor, without overflow at Int64.min
     }
 
-    func validateChain(leaf: X509Certificate, intermediate: X509Certificate, time: Int64) throws(VerificationError) {
-        var roots: [X509Certificate] = []
-        for der in configuration.rootCertificates {
-            if let root = X509Certificate(der: der) { roots.append(root) }
+    /// The `x5c` chain `ders` validated at the payload's effective time: from the cache when this
+    /// chain validated before and every certificate of its path is valid at that time, else by
+    /// OpenSSL (whose failure, e.g. "certificate has expired", is the error). `x5c[2]` is parsed
+    /// but never used: only configured roots are trusted.
+    func validatedChain(_ ders: [[UInt8]], payload: JSONMembers, kind: SignedDataKind, now: Int64) throws(VerificationError)
+        -> (ValidatedChain, time: Int64)
+    {
+        let key = try ChainCache.key(ders)
+        let cached = chains.chain(for: key)
+        var certificates = cached.map { [$0.leaf, $0.intermediate] } ?? []
+        if cached == nil {
+            for (index, der) in ders.enumerated() {
+                guard let certificate = X509Certificate(der: der) else {
+                    throw VerificationError(.invalidCertificate, "x5c[\(index)] is not a DER X.509 certificate")
+                }
+                certificates.append(certificate)
+            }
         }
-        let length = try ChainValidator(roots: roots).validate(leaf: leaf, intermediate: intermediate, time: time)
-        guard length == 3 else {
-            throw VerificationError(.invalidChain, "validated chain has \(length) certificates; exactly 3 (leaf, intermediate, root) are required")
+        let time = try effectiveTime(payload, kind: kind, now: now)
+        if let cached, cached.isValid(at: time) { return (cached, time) }
+        let chain = try validateChain(leaf: certificates[0], intermediate: certificates[1], time: time)
+        chains.insert(chain, for: key)
+        return (chain, time)
+    }
+
+    func validateChain(leaf: X509Certificate, intermediate: X509Certificate, time: Int64) throws(VerificationError) -> ValidatedChain {
+        let path = try validator.validate(leaf: leaf, intermediate: intermediate, time: time)
+        guard path.count == 3 else {
+            throw VerificationError(
+                .invalidChain, "validated chain has \(path.count) certificates; exactly 3 (leaf, intermediate, root) are required")
         }
         guard try leaf.hasExtension(oid: Self.leafOID) else {
             throw VerificationError(.invalidChain, "leaf certificate lacks the App Store receipt-signing extension OID \(Self.leafOID)")
@@ -262,9 +291,11 @@ public struct SignedDataVerifier: Sendable {
         guard try intermediate.hasExtension(oid: Self.intermediateOID) else {
             throw VerificationError(.invalidChain, "intermediate certificate lacks the Apple WWDR extension OID \(Self.intermediateOID)")
         }
+        return try ValidatedChain(leaf: leaf, intermediate: intermediate, path: path)
     }
 
-    static func verifySignature(_ signature: [UInt8], input: [UInt8], leaf: X509Certificate) throws(VerificationError) {
+    /// `key`: the leaf's key, or why it cannot verify an ES256 signature (``ValidatedChain/leafKey``).
+    static func verifySignature(_ signature: [UInt8], input: [UInt8], key: Result<PublicKey, VerificationError>) throws(VerificationError) {
         guard signature.count == 64 else {
             throw VerificationError(.verificationFailed, "ES256 signature is \(signature.count) bytes; 64 (R‖S) are required")
         }
@@ -274,14 +305,7 @@ public struct SignedDataVerifier: Sendable {
         } catch {
             throw VerificationError(.cryptoFailure, "\(error)")
         }
-        let key: PublicKey
-        switch leaf.publicKey() {
-        case .success(let decoded): key = decoded
-        case .failure(let error): throw VerificationError(.verificationFailed, "leaf public key cannot be decoded: \(error.detail)")
-        }
-        guard key.isP256 else {
-            throw VerificationError(.verificationFailed, "leaf public key is not an EC P-256 key")
-        }
+        let key = try key.get()
         guard try key.verifySHA256(derSignature: der, message: input) else {
             throw VerificationError(.verificationFailed, "ES256 signature does not verify with the leaf certificate's key")
         }

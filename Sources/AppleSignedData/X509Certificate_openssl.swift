@@ -36,7 +36,20 @@ final class X509Certificate {
         pointer = parsed
     }
 
+    /// Shares an `X509*` another owner holds (a certificate of a built chain), adding a reference.
+    init(retaining pointer: OpaquePointer) throws(VerificationError) {
+        guard X509_up_ref(pointer) == 1 else { throw .cryptoFailure("X509_up_ref") }
+        self.pointer = pointer
+    }
+
     deinit { X509_free(pointer) }
+
+    /// Whether `time` (Unix seconds) lies within the validity period, by OpenSSL's own comparison
+    /// (the one `X509_verify_cert` makes): notBefore ≤ time < notAfter. False when a field is unreadable.
+    func isValid(at time: Int64) -> Bool {
+        var time = time_t(time)
+        return X509_cmp_time(X509_get0_notBefore(pointer), &time) == -1 && X509_cmp_time(X509_get0_notAfter(pointer), &time) == 1
+    }
 
     /// True when the certificate carries an extension with this dotted OID (value not inspected).
     func hasExtension(oid: String) throws(VerificationError) -> Bool {

@@ -5,7 +5,9 @@ import LedgerCrypto
 /// Path validation of leaf + one untrusted intermediate against a set of trusted roots.
 ///
 /// Owns the `X509_STORE` it creates; `validate` owns (and frees, whatever happens) its context and stack.
-final class ChainValidator {
+/// The store is filled once and then only read: OpenSSL lets any number of threads verify against one
+/// `X509_STORE`, each with its own `X509_STORE_CTX` (which `validate` creates per call).
+final class ChainValidator: @unchecked Sendable {
     private let store: OpaquePointer
     private let roots: [X509Certificate]
 
@@ -21,9 +23,10 @@ final class ChainValidator {
 
     deinit { X509_STORE_free(store) }
 
-    /// Validates `leaf` ← `intermediate` ← configured root at `time` (Unix seconds) and returns the length
-    /// of the built chain; throws `.invalidChain` with OpenSSL's reason when the chain does not validate.
-    func validate(leaf: X509Certificate, intermediate: X509Certificate, time: Int64) throws(VerificationError) -> Int {
+    /// Validates `leaf` ← `intermediate` ← configured root at `time` (Unix seconds) and returns the path
+    /// OpenSSL built (leaf first, trust anchor last); throws `.invalidChain` with OpenSSL's reason when the
+    /// chain does not validate.
+    func validate(leaf: X509Certificate, intermediate: X509Certificate, time: Int64) throws(VerificationError) -> [X509Certificate] {
         guard let context = X509_STORE_CTX_new() else { throw .cryptoFailure("X509_STORE_CTX_new") }
         defer { X509_STORE_CTX_free(context) }
         guard let untrusted = OPENSSL_sk_new_null() else { throw .cryptoFailure("OPENSSL_sk_new_null") }
@@ -45,6 +48,11 @@ final class ChainValidator {
             throw VerificationError(.invalidChain, "certificate chain did not validate at \(time): \(reason) (at the \(position))")
         }
         guard let chain = X509_STORE_CTX_get0_chain(context) else { throw .cryptoFailure("X509_STORE_CTX_get0_chain") }
-        return Int(OPENSSL_sk_num(chain))
+        var path: [X509Certificate] = []
+        for index in 0..<OPENSSL_sk_num(chain) {
+            guard let certificate = OPENSSL_sk_value(chain, index) else { throw .cryptoFailure("OPENSSL_sk_value") }
+            path.append(try X509Certificate(retaining: OpaquePointer(certificate)))
+        }
+        return path
     }
 }

@@ -183,7 +183,8 @@ import Testing
         let leaf64 = Data(Vectors.testLeaf).base64EncodedString()
         let rest = [Vectors.testIntermediate, Vectors.testCA].map { Data($0).base64EncodedString() }
         for (bad, text) in [
-            ("abc", "not valid base64"), (leaf64 + "a", "not valid base64"), (Data("abc123".utf8).base64EncodedString(), "not a DER"),
+            ("abc", "not valid base64"), (leaf64 + "a", "not valid base64"), (leaf64 + "==", "not valid base64"),
+            (Data("abc123".utf8).base64EncodedString(), "not a DER"),
             (Data(Vectors.testLeaf + [0]).base64EncodedString(), "not a DER"),
         ] {
             let jws = try Vectors.sign(Vectors.transactionPayload(), header: ["alg": "ES256", "x5c": [bad] + rest])
