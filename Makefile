@@ -1,7 +1,7 @@
 # Set-up and everyday commands. `make demo` and `make test` are the README's two commands.
 SWIFT ?= swift
 
-.PHONY: deps build demo test bench format lint fuzz coverage
+.PHONY: deps build demo test bench bench-history format lint fuzz coverage
 
 deps:
 	@{ pkg-config --exists lmdb libcrypto libmicrohttpd && command -v curl; } >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev libmicrohttpd-dev pkg-config curl; }
@@ -16,8 +16,16 @@ test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 
-bench: build
-	.build/release/ledger bench
+# The history benchmark (docs/benchmarks.md): LINES lines of the realistic workload
+# ../shared/tools/gen_history.py (generated once into .build/bench), decided into a fresh store.
+LINES ?= 100000
+GEN_HISTORY ?= ../shared/tools/gen_history.py
+bench: bench-history
+bench-history: build
+	mkdir -p .build/bench
+	test -s .build/bench/lines-$(LINES).jsonl || python3 $(GEN_HISTORY) $(LINES) > .build/bench/lines-$(LINES).jsonl
+	rm -rf .build/bench/store-$(LINES)
+	.build/release/ledger bench history --lines .build/bench/lines-$(LINES).jsonl --dir .build/bench/store-$(LINES)
 
 format:
 	$(SWIFT) format --in-place --recursive --configuration .swift-format Package.swift Sources Projections Tests

@@ -20,17 +20,22 @@ public struct AuditEntry: Equatable, Sendable {
 public enum AuditTrail {
     public static let version: UInt32 = 1
 
-    /// Appends the audit entry `record` produces, if any.
+    /// Appends the audit entries `record` produces, if any.
     public static func evolve(_ trail: inout [AuditEntry], _ record: Record) {
+        for event in record.events { evolve(&trail, event, sequence: record.sequence, time: record.recordedAt) }
+    }
+
+    /// Appends the audit entry `event` (of the record at `sequence`, recorded at `time`) produces, if any.
+    public static func evolve(_ trail: inout [AuditEntry], _ event: LedgerEvent, sequence: UInt64, time: Timestamp) {
         func add(
             _ kind: String, lineage: LineageKey? = nil, account: AccountID? = nil, staff: StaffID? = nil, caseId: String? = nil, _ reason: String
         ) {
             trail.append(
                 AuditEntry(
-                    sequence: record.sequence, time: record.recordedAt, kind: kind, lineage: lineage, account: account,
+                    sequence: sequence, time: time, kind: kind, lineage: lineage, account: account,
                     staff: staff, caseId: caseId, reason: reason))
         }
-        switch record.event {
+        switch event {
         case .decisionIssued(let d) where d.reason == .familyShared:
             add("family-sharing-rejected", lineage: d.lineage, account: d.account, d.reason.message)
         case .decisionIssued(let d) where d.reason.outcome == .denied:
@@ -54,7 +59,7 @@ public enum AuditTrail {
         case .transferRefused(let e):
             add("transfer-refused", staff: e.staff, caseId: e.caseId, "\(e.step): \(e.reason)")
         case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .lineageBound, .entitlementGranted,
-            .entitlementEnded, .entitlementRevoked, .entitlementReinstated, .decisionIssued:
+            .entitlementEnded, .entitlementRevoked, .entitlementReinstated, .decisionIssued, .storeUpgraded:
             break
         }
     }

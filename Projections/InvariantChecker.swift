@@ -54,7 +54,7 @@ public struct InvariantChecker: Sendable {
     public private(set) var state = LedgerState()
     public private(set) var violations: [InvariantViolation] = []
     private var lastSequence: UInt64 = 0
-    /// The fact that opened the current batch: what caused the effects that follow it.
+    /// The fact that opened the current record: what caused the effects that follow it.
     private var cause: LedgerEvent?
     /// Cases whose request was made by an operator enrolled at the time.
     private var authorisedRequests: Set<String> = []
@@ -72,17 +72,23 @@ public struct InvariantChecker: Sendable {
         return checker.violations
     }
 
-    /// Checks one record against the state so far, then applies it; throws only what the signature checks
-    /// throw (the record is then not applied).
+    /// Checks one record against the state so far, event by event, then applies it; throws only what
+    /// the signature checks throw (the rest of the record is then not applied).
     public mutating func check(_ record: Record) throws {
         let seq = record.sequence
+        if seq != lastSequence + 1 {
+            violations.append(InvariantViolation(invariant: 8, sequence: seq, message: "sequence \(seq) follows \(lastSequence)"))
+        }
+        lastSequence = seq
+        cause = nil
+        for event in record.events { try check(event, sequence: seq) }
+    }
+
+    /// Checks one event of the record at `seq` against the state so far, then applies it.
+    private mutating func check(_ event: LedgerEvent, sequence seq: UInt64) throws {
         func violated(_ invariant: Int, _ message: String) {
             violations.append(InvariantViolation(invariant: invariant, sequence: seq, message: message))
         }
-        if seq != lastSequence + 1 { violated(8, "sequence \(seq) follows \(lastSequence)") }
-        lastSequence = seq
-
-        let event = record.event
         switch event {
         case .transactionSubmitted, .notificationReceived, .accountDeletionRequested:
             cause = event
@@ -191,7 +197,7 @@ public struct InvariantChecker: Sendable {
             if let lineages = state.accountLineages[account], !lineages.isEmpty {
                 violated(1, "account \(account) deleted while still bound to \(lineages.count) lineage(s)")
             }
-        case .decisionIssued:
+        case .decisionIssued, .storeUpgraded:
             break
         }
 

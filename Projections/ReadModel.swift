@@ -1,46 +1,32 @@
 public import LedgerCore
 
-/// The persisted form of ``LedgerState``: one key-value entry per lineage, live account,
-/// deleted account, staff member and transfer case. A store writes only the entries a batch
-/// changed; `rebuild` recomputes every entry from the log and compares.
+/// The persisted form of ``LedgerState``: one key-value entry per lineage, deleted account, staff
+/// member and transfer case. A store writes only the entries a group of records changed; `rebuild`
+/// recomputes every entry from the log and compares.
 ///
-/// Keys: `L`‖lineage(32), `A`‖account(16), `D`‖account(16), `S`‖staff id, `T`‖case id.
+/// Keys: `L`‖lineage(16), `D`‖account(16), `S`‖staff id, `T`‖case id. The lineages bound to an
+/// account are not a read model: the `account-lineages` index lists every lineage ever bound to the
+/// account, and the `L` entries tell which still are (so binding one more costs O(log n)).
 public enum ReadModel {
     public typealias Entries = [[UInt8]: [UInt8]]
 
-    public static func lineageKey(_ lineage: LineageKey) -> [UInt8] { [0x4C] + lineage.digest.bytes }
-    public static func accountKey(_ account: AccountID) -> [UInt8] { [0x41] + account.bytes }
-    public static func deletedKey(_ account: AccountID) -> [UInt8] { [0x44] + account.bytes }
-    public static func staffKey(_ staff: StaffID) -> [UInt8] { [0x53] + Array(staff.utf8) }
-    public static func transferKey(_ caseId: String) -> [UInt8] { [0x54] + Array(caseId.utf8) }
-    /// The prefix of every staff entry.
-    public static let staffPrefix: [UInt8] = [0x53]
+    public static let lineagePrefix: UInt8 = 0x4C
+    public static let deletedPrefix: UInt8 = 0x44
+    public static let staffPrefix: UInt8 = 0x53
+    public static let transferPrefix: UInt8 = 0x54
+
+    public static func lineageKey(_ lineage: LineageKey) -> [UInt8] { [lineagePrefix] + lineage.bytes }
+    public static func deletedKey(_ account: AccountID) -> [UInt8] { [deletedPrefix] + account.bytes }
+    public static func staffKey(_ staff: StaffID) -> [UInt8] { [staffPrefix] + Array(staff.utf8) }
+    public static func transferKey(_ caseId: String) -> [UInt8] { [transferPrefix] + Array(caseId.utf8) }
 
     /// Every entry of `state`.
     public static func entries(of state: LedgerState) -> Entries {
         var out = Entries()
         for (lineage, value) in state.lineages { out[lineageKey(lineage)] = encode(value) }
-        for (account, lineages) in state.accountLineages {
-            var w = ByteWriter()
-            w.u32(UInt32(lineages.count))
-            for lineage in lineages.sorted() { w.raw(lineage.digest.bytes) }
-            out[accountKey(account)] = w.output
-        }
-        for account in state.deletedAccounts { out[deletedKey(account)] = [1] }
-        for (staff, member) in state.staff {
-            var w = ByteWriter()
-            w.u8(member.roles.rawValue)
-            w.bytes(member.publicKey)
-            w.optional(member.ownAccount) { $0.raw($1.bytes) }
-            out[staffKey(staff)] = w.output
-        }
-        for (caseId, transfer) in state.transfers {
-            var w = ByteWriter()
-            w.raw(EventCodec.encode(.transferRequested(transfer.request)))
-            w.optional(transfer.approval) { $0.bytes(EventCodec.encode(.transferApproved($1))) }
-            w.bool(transfer.applied)
-            out[transferKey(caseId)] = w.output
-        }
+        for account in state.deletedAccounts { out[deletedKey(account)] = [] }
+        for (staff, member) in state.staff { out[staffKey(staff)] = encode(member) }
+        for (caseId, transfer) in state.transfers { out[transferKey(caseId)] = encode(transfer) }
         return out
     }
 
@@ -49,87 +35,157 @@ public enum ReadModel {
         for (key, value) in entries {
             guard let kind = key.first else { throw DecodingFailure("empty read-model key") }
             let id = Array(key.dropFirst())
-            var r = ByteReader(value)
             switch kind {
-            case 0x4C:
-                guard let digest = Digest32(id) else { throw DecodingFailure("bad lineage read-model key") }
-                state.lineages[LineageKey(digest)] = try decodeLineage(&r)
-            case 0x41:
-                guard let account = AccountID(id) else { throw DecodingFailure("bad account read-model key") }
-                let count = try r.u32()
-                var set = Set<LineageKey>()
-                for _ in 0..<count { set.insert(LineageKey(try r.digest())) }
-                state.accountLineages[account] = set
-            case 0x44:
-                guard let account = AccountID(id) else { throw DecodingFailure("bad deleted-account read-model key") }
+            case lineagePrefix:
+                guard let lineage = Key128(id).map(LineageKey.init) else { throw DecodingFailure("bad lineage read-model key") }
+                state.lineages[lineage] = try decodeLineage(value)
+            case deletedPrefix:
+                guard let account = AccountID(id), value.isEmpty else { throw DecodingFailure("bad deleted-account read-model entry") }
                 state.deletedAccounts.insert(account)
-                _ = try r.u8()
-            case 0x53:
-                let roles = StaffRoles(rawValue: try r.u8())
-                let publicKey = try r.bytes()
-                let own = try r.optional { r throws(DecodingFailure) in try r.account() }
-                state.staff[String(decoding: id, as: UTF8.self)] = StaffMember(roles: roles, publicKey: publicKey, ownAccount: own)
-            case 0x54:
-                guard case .transferRequested(let request) = try EventCodec.decode(from: &r) else {
-                    throw DecodingFailure("transfer read model does not start with a request")
-                }
-                let approval = try r.optional { r throws(DecodingFailure) -> TransferApproved in
-                    guard case .transferApproved(let a) = try EventCodec.decode(try r.bytes()) else {
-                        throw DecodingFailure("transfer read model holds a bad approval")
-                    }
-                    return a
-                }
-                state.transfers[String(decoding: id, as: UTF8.self)] = TransferCase(
-                    request: request, approval: approval, applied: try r.bool())
+            case staffPrefix:
+                state.staff[String(decoding: id, as: UTF8.self)] = try decodeStaff(value)
+            case transferPrefix:
+                state.transfers[String(decoding: id, as: UTF8.self)] = try decodeTransfer(value)
             default:
                 throw DecodingFailure("unknown read-model key kind \(kind)")
             }
-            try r.expectEnd()
         }
     }
 
-    static func encode(_ state: LineageState) -> [UInt8] {
-        var w = ByteWriter()
+    // MARK: Lineage
+
+    /// u8 flags (bits 0–1 binding: 0 unbound, 1 bound, 2 tombstoned; 4 entitlement; 8 the
+    /// entitlement's account is the binding's; 0x10 expiry; 0x20 revocation; 0x40 end reason) ‖
+    /// [account(16)] ‖ [entitlement: [account(16)] ‖ varint-length product ‖ [zigzag expiry] ‖
+    /// [zigzag revocation] ‖ [u8 end reason]].
+    public static func encode(_ state: LineageState) -> [UInt8] {
+        var w = ByteWriter(capacity: 64)
+        var flags: UInt8
+        let bound: AccountID?
         switch state.binding {
-        case .unbound: w.u8(0)
-        case .bound(let account):
-            w.u8(1)
-            w.raw(account.bytes)
-        case .tombstoned(let account):
-            w.u8(2)
-            w.raw(account.bytes)
+        case .unbound: (flags, bound) = (0, nil)
+        case .bound(let account): (flags, bound) = (1, account)
+        case .tombstoned(let account): (flags, bound) = (2, account)
         }
-        w.optional(state.entitlement) { w, e in
-            w.raw(e.account.bytes)
-            w.string(e.productId)
-            w.optional(e.expiresAt) { $0.i64($1) }
-            w.optional(e.revokedAt) { $0.i64($1) }
-            w.optional(e.endedBecause) { $0.u8($1.rawValue) }
+        if let e = state.entitlement {
+            flags |= 4 | (e.account == bound ? 8 : 0) | (e.expiresAt == nil ? 0 : 0x10) | (e.revokedAt == nil ? 0 : 0x20)
+            flags |= e.endedBecause == nil ? 0 : 0x40
+        }
+        w.u8(flags)
+        if let bound { w.key(bound.key) }
+        if let e = state.entitlement {
+            if e.account != bound { w.key(e.account.key) }
+            w.shortString(e.productId)
+            if let expires = e.expiresAt { w.zigzag(expires) }
+            if let revoked = e.revokedAt { w.zigzag(revoked) }
+            if let ended = e.endedBecause { w.u8(ended.rawValue) }
         }
         return w.output
     }
 
-    static func decodeLineage(_ r: inout ByteReader) throws(DecodingFailure) -> LineageState {
-        let binding: Binding
-        switch try r.u8() {
-        case 0: binding = .unbound
-        case 1: binding = .bound(try r.account())
-        case 2: binding = .tombstoned(formerAccount: try r.account())
-        case let other: throw DecodingFailure("unknown binding kind \(other)")
-        }
-        let entitlement = try r.optional { r throws(DecodingFailure) -> Entitlement in
-            let account = try r.account()
-            let productId = try r.string()
-            let expiresAt = try r.optional { r throws(DecodingFailure) in try r.i64() }
-            let revokedAt = try r.optional { r throws(DecodingFailure) in try r.i64() }
-            let ended = try r.optional { r throws(DecodingFailure) -> EntitlementEndReason in
-                let raw = try r.u8()
-                guard let reason = EntitlementEndReason(rawValue: raw) else { throw DecodingFailure("unknown end reason \(raw)") }
-                return reason
+    public static func decodeLineage(_ value: [UInt8]) throws(DecodingFailure) -> LineageState {
+        try ByteReader.reading(value) { r throws(DecodingFailure) in
+            let flags = try r.u8()
+            guard flags & 0x80 == 0, flags & 3 != 3, flags & 4 != 0 || flags & 0x78 == 0 else {
+                throw DecodingFailure("bad lineage read-model flags \(flags)")
             }
-            return Entitlement(account: account, productId: productId, expiresAt: expiresAt, revokedAt: revokedAt, endedBecause: ended)
+            let binding: Binding
+            switch flags & 3 {
+            case 0: binding = .unbound
+            case 1: binding = .bound(AccountID(try r.key()))
+            default: binding = .tombstoned(formerAccount: AccountID(try r.key()))
+            }
+            var entitlement: Entitlement?
+            if flags & 4 != 0 {
+                let account: AccountID
+                if flags & 8 != 0 {
+                    guard let bound = binding.account else { throw DecodingFailure("entitlement account refers to no binding") }
+                    account = bound
+                } else {
+                    account = AccountID(try r.key())
+                }
+                let product = try r.shortString()
+                let expires = flags & 0x10 == 0 ? nil : try r.zigzag()
+                let revoked = flags & 0x20 == 0 ? nil : try r.zigzag()
+                var ended: EntitlementEndReason?
+                if flags & 0x40 != 0 {
+                    let raw = try r.u8()
+                    guard let reason = EntitlementEndReason(rawValue: raw) else { throw DecodingFailure("unknown end reason \(raw)") }
+                    ended = reason
+                }
+                entitlement = Entitlement(account: account, productId: product, expiresAt: expires, revokedAt: revoked, endedBecause: ended)
+            }
+            try r.expectEnd()
+            return LineageState(binding: binding, entitlement: entitlement)
         }
-        return LineageState(binding: binding, entitlement: entitlement)
+    }
+
+    // MARK: Staff and transfer cases
+
+    /// u8 roles ‖ varint-length public key ‖ optional account(16).
+    static func encode(_ member: StaffMember) -> [UInt8] {
+        var w = ByteWriter()
+        w.u8(member.roles.rawValue)
+        w.shortBytes(member.publicKey)
+        w.optional(member.ownAccount) { $0.key($1.key) }
+        return w.output
+    }
+
+    static func decodeStaff(_ value: [UInt8]) throws(DecodingFailure) -> StaffMember {
+        try ByteReader.reading(value) { r throws(DecodingFailure) in
+            let member = StaffMember(
+                roles: StaffRoles(rawValue: try r.u8()), publicKey: try r.shortBytes(),
+                ownAccount: try r.optional { r throws(DecodingFailure) in AccountID(try r.key()) })
+            try r.expectEnd()
+            return member
+        }
+    }
+
+    /// bool applied ‖ varint-length request event ‖ optional varint-length approval event (each as
+    /// `EventCodec` writes a record's only event, at time 0).
+    static func encode(_ transfer: TransferCase) -> [UInt8] {
+        func event(_ event: LedgerEvent) -> [UInt8] {
+            var w = ByteWriter()
+            EventCodec.encode([event], at: 0, into: &w)
+            return w.output
+        }
+        var w = ByteWriter()
+        w.bool(transfer.applied)
+        w.shortBytes(event(.transferRequested(transfer.request)))
+        w.optional(transfer.approval) { $0.shortBytes(event(.transferApproved($1))) }
+        return w.output
+    }
+
+    static func decodeTransfer(_ value: [UInt8]) throws(DecodingFailure) -> TransferCase {
+        func event(_ bytes: [UInt8]) throws(DecodingFailure) -> LedgerEvent {
+            let events = try ByteReader.reading(bytes) { r throws(DecodingFailure) in try EventCodec.decode(from: &r, at: 0) }
+            guard events.count == 1 else { throw DecodingFailure("transfer read model holds \(events.count) events") }
+            return events[0]
+        }
+        return try ByteReader.reading(value) { r throws(DecodingFailure) in
+            let applied = try r.bool()
+            guard case .transferRequested(let request) = try event(try r.shortBytes()) else {
+                throw DecodingFailure("transfer read model does not hold a request")
+            }
+            let approval = try r.optional { r throws(DecodingFailure) -> TransferApproved in
+                guard case .transferApproved(let approval) = try event(try r.shortBytes()) else {
+                    throw DecodingFailure("transfer read model holds a bad approval")
+                }
+                return approval
+            }
+            try r.expectEnd()
+            return TransferCase(request: request, approval: approval, applied: applied)
+        }
+    }
+}
+
+extension Binding {
+    /// The account a binding names (the owner, or a tombstone's former owner).
+    public var account: AccountID? {
+        switch self {
+        case .unbound: nil
+        case .bound(let account), .tombstoned(let account): account
+        }
     }
 }
 
@@ -138,11 +194,10 @@ extension ReadModel {
     public static func describe(_ key: [UInt8]) -> String {
         let id = Array(key.dropFirst())
         switch key.first {
-        case 0x4C: return "lineage \(id.hex)"
-        case 0x41: return "account \(id.hex)"
-        case 0x44: return "deleted account \(id.hex)"
-        case 0x53: return "staff \(String(decoding: id, as: UTF8.self))"
-        case 0x54: return "transfer case \(String(decoding: id, as: UTF8.self))"
+        case lineagePrefix: return "lineage \(id.hex)"
+        case deletedPrefix: return "deleted account \(id.hex)"
+        case staffPrefix: return "staff \(String(decoding: id, as: UTF8.self))"
+        case transferPrefix: return "transfer case \(String(decoding: id, as: UTF8.self))"
         default: return "entry \(key.hex)"
         }
     }

@@ -3,8 +3,16 @@ public import LedgerCore
 /// The reducer behind bindings, entitlements, the staff roster and transfer cases. Trivial by
 /// design: every rule lives in ``Decider``; `evolve` only records what the events say.
 public enum StateProjection {
-    /// Bumped whenever `evolve` changes meaning; a persisted read model of another version is rebuilt.
-    public static let version: UInt32 = 1
+    /// Bumped whenever `evolve` or the persisted form (`ReadModel`) changes meaning; a persisted
+    /// read model of another version is rebuilt. 2: storage format 2 (16-byte keys, no account lists).
+    public static let version: UInt32 = 2
+
+    /// Folds the events of `records` into `state`.
+    public static func fold(records: some Sequence<Record>, into state: LedgerState = LedgerState()) -> LedgerState {
+        records.reduce(into: state) { state, record in
+            for event in record.events { evolve(&state, event) }
+        }
+    }
 
     /// Folds `events` into `state`.
     public static func fold(_ events: some Sequence<LedgerEvent>, into state: LedgerState = LedgerState()) -> LedgerState {
@@ -13,7 +21,8 @@ public enum StateProjection {
 
     public static func evolve(_ state: inout LedgerState, _ event: LedgerEvent) {
         switch event {
-        case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .transferRefused, .decisionIssued:
+        case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .transferRefused, .decisionIssued,
+            .storeUpgraded:
             break
         case .lineageBound(let lineage, let account):
             state.lineages[lineage, default: LineageState()].binding = .bound(account)

@@ -42,8 +42,12 @@ public enum LedgerEvent: Equatable, Sendable {
     case transferRefused(TransferRefused)
 
     // MARK: Decisions.
-    /// What the ledger told the caller, last in its batch.
+    /// What the ledger told the caller, last in its record.
     case decisionIssued(DecisionIssued)
+
+    // MARK: Storage.
+    /// The store was upgraded from an older storage format: record 1 of the upgraded store.
+    case storeUpgraded(StoreUpgraded)
 }
 
 /// How a transaction reached the ledger.
@@ -97,8 +101,8 @@ public enum Provenance: UInt8, Sendable {
 
 /// The verified facts of one Apple transaction, without its identifiers in clear.
 public struct TransactionFacts: Equatable, Sendable {
-    /// Keyed hash of Apple's `transactionId`.
-    public var transactionKey: Digest32
+    /// Keyed hash of Apple's `transactionId` (128 bits).
+    public var transactionKey: Key128
     public var productId: String
     public var purchaseDate: Timestamp
     /// nil for a purchase that does not expire.
@@ -111,7 +115,7 @@ public struct TransactionFacts: Equatable, Sendable {
     public var provenance: Provenance
 
     public init(
-        transactionKey: Digest32, productId: String, purchaseDate: Timestamp, expiresDate: Timestamp?,
+        transactionKey: Key128, productId: String, purchaseDate: Timestamp, expiresDate: Timestamp?,
         revocationDate: Timestamp?, ownership: Ownership, environment: String, signedDate: Timestamp,
         provenance: Provenance
     ) {
@@ -143,8 +147,6 @@ public struct TransactionSubmitted: Equatable, Sendable {
 }
 
 public struct NotificationReceived: Equatable, Sendable {
-    /// Keyed hash of `notificationUUID`.
-    public var notificationKey: Digest32
     public var notificationType: String
     public var subtype: String?
     public var signedDate: Timestamp
@@ -153,10 +155,8 @@ public struct NotificationReceived: Equatable, Sendable {
     public var transaction: TransactionFacts?
 
     public init(
-        notificationKey: Digest32, notificationType: String, subtype: String?, signedDate: Timestamp,
-        lineage: LineageKey?, transaction: TransactionFacts?
+        notificationType: String, subtype: String?, signedDate: Timestamp, lineage: LineageKey?, transaction: TransactionFacts?
     ) {
-        self.notificationKey = notificationKey
         self.notificationType = notificationType
         self.subtype = subtype
         self.signedDate = signedDate
@@ -280,7 +280,7 @@ public struct TransferPlan: Equatable, Sendable {
     public var lineage: LineageKey
     public var source: PlanSource
     public var target: AccountID
-    /// The lineage's version (events in the lineage) when the plan was made; a later event makes it stale.
+    /// The lineage's version (records of the lineage) when the plan was made; a later record makes it stale.
     public var lineageVersion: UInt64
     /// How the target account's owner was authenticated (for example "firebase-reauth+email-otp").
     public var targetAuthentication: String
@@ -288,11 +288,16 @@ public struct TransferPlan: Equatable, Sendable {
     public var ownershipEvidence: String
     /// Private reason; shown to staff, never to customers.
     public var reason: String
+    /// Bytes 16 to 31 of the lineage key of a plan signed in storage format 1 (which kept 32-byte
+    /// lineage keys), so an upgraded plan still reproduces the digest its signers signed; nil for
+    /// every plan made since.
+    public var formatOneLineageSuffix: Key128?
 
     public init(
         caseId: String, lineage: LineageKey, source: PlanSource, target: AccountID, lineageVersion: UInt64,
-        targetAuthentication: String, ownershipEvidence: String, reason: String
+        targetAuthentication: String, ownershipEvidence: String, reason: String, formatOneLineageSuffix: Key128? = nil
     ) {
+        self.formatOneLineageSuffix = formatOneLineageSuffix
         self.caseId = caseId
         self.lineage = lineage
         self.source = source
@@ -382,8 +387,25 @@ public struct DecisionIssued: Equatable, Sendable {
     }
 }
 
+/// Where an upgraded store came from: the format it was written in, its record count, and the hash
+/// chain head and RFC 6962 root (over its stored record bytes) of that log, so anyone holding the old
+/// store or a checkpoint of it can prove the new store continues it.
+public struct StoreUpgraded: Equatable, Sendable {
+    public var fromFormat: UInt8
+    public var records: UInt64
+    public var headHash: Digest32
+    public var merkleRoot: Digest32
+
+    public init(fromFormat: UInt8, records: UInt64, headHash: Digest32, merkleRoot: Digest32) {
+        self.fromFormat = fromFormat
+        self.records = records
+        self.headHash = headHash
+        self.merkleRoot = merkleRoot
+    }
+}
+
 extension LedgerEvent {
-    /// The lineages this event belongs to (for the lineage index).
+    /// The lineage this event names, if any.
     public var lineage: LineageKey? {
         switch self {
         case .transactionSubmitted(let e): e.lineage
@@ -394,13 +416,13 @@ extension LedgerEvent {
             lineage
         case .entitlementGranted(let e): e.lineage
         case .transferRequested(let e): e.plan.lineage
-        case .transferApproved, .transferRefused: nil
+        case .transferApproved, .transferRefused, .storeUpgraded: nil
         case .transferApplied(let e): e.lineage
         case .decisionIssued(let e): e.lineage
         }
     }
 
-    /// The accounts this event names (for the account index).
+    /// The accounts this event names.
     public var accounts: [AccountID] {
         switch self {
         case .transactionSubmitted(let e): e.account.map { [$0] } ?? []
@@ -411,7 +433,7 @@ extension LedgerEvent {
             [account]
         case .entitlementGranted(let e): [e.account]
         case .staffEnrolled(let e): e.ownAccount.map { [$0] } ?? []
-        case .staffRemoved, .transferApproved, .transferRefused: []
+        case .staffRemoved, .transferApproved, .transferRefused, .storeUpgraded: []
         case .transferRequested(let e): [e.plan.source.account, e.plan.target]
         case .transferApplied(let e): [e.source.account, e.target]
         case .decisionIssued(let e): e.account.map { [$0] } ?? []
@@ -438,6 +460,7 @@ extension LedgerEvent {
         case .transferApplied: "transfer-applied"
         case .transferRefused: "transfer-refused"
         case .decisionIssued: "decision-issued"
+        case .storeUpgraded: "store-upgraded"
         }
     }
 }

@@ -1,274 +1,563 @@
-/// The binary encoding of ``LedgerEvent``: a u16 tag, then the payload's fields in declaration
-/// order (integers big-endian, strings and byte strings u32-length-prefixed, optionals with a
-/// presence byte). `docs/storage-format.md` lists every layout.
+/// Storage format 2 of a record's events (`docs/storage-format.md` lists every layout).
+///
+/// Each event is a head byte, then its fields. The head byte holds the tag in its low 5 bits and
+/// three back-reference flags: `0x20` the event's lineage is the record's lineage, `0x40` its account
+/// is the record's account, `0x80` its product is the record's product. The record's lineage,
+/// account and product are the first of each its events name (normally the fact's), so the effects
+/// and the decision that repeat them cost one bit instead of 16 or ~40 bytes.
+///
+/// Times are zigzag varints relative to the record's `at` (an expiry relative to its purchase);
+/// keys are 16 bytes; strings and byte strings carry a varint length; notification types, subtypes,
+/// environments, ownership and provenance are small codes with a string escape for values the
+/// tables do not know. Decoding is strict and canonical: a flag where none may be, a value written
+/// out that a back-reference or a code would express, an overlong varint, or an unknown tag or
+/// code is an error, so every record has exactly one encoding.
+///
+/// - Warning: The tags, codes and tables are the storage format: append new entries; never reorder,
+///   remove or reuse one.
 public enum EventCodec {
-    /// The event schema version written into every envelope.
-    public static let schemaVersion: UInt16 = 1
+    static let lineageFlag: UInt8 = 0x20
+    static let accountFlag: UInt8 = 0x40
+    static let productFlag: UInt8 = 0x80
+    static let tagMask: UInt8 = 0x1F
 
-    public static func encode(_ event: LedgerEvent) -> [UInt8] {
-        var w = ByteWriter()
-        switch event {
-        case .transactionSubmitted(let e):
-            w.u16(1)
-            w.u8(e.kind.rawValue)
-            w.optional(e.account) { $0.account($1) }
-            w.lineage(e.lineage)
-            w.transaction(e.transaction)
-        case .notificationReceived(let e):
-            w.u16(2)
-            w.raw(e.notificationKey.bytes)
-            w.string(e.notificationType)
-            w.optional(e.subtype) { $0.string($1) }
-            w.i64(e.signedDate)
-            w.optional(e.lineage) { $0.lineage($1) }
-            w.optional(e.transaction) { $0.transaction($1) }
-        case .accountDeletionRequested(let account):
-            w.u16(3)
-            w.account(account)
-        case .lineageBound(let lineage, let account):
-            w.u16(10)
-            w.lineage(lineage)
-            w.account(account)
-        case .entitlementGranted(let e):
-            w.u16(11)
-            w.lineage(e.lineage)
-            w.account(e.account)
-            w.string(e.productId)
-            w.optional(e.expiresAt) { $0.i64($1) }
-        case .entitlementEnded(let lineage, let account, let reason):
-            w.u16(12)
-            w.lineage(lineage)
-            w.account(account)
-            w.u8(reason.rawValue)
-        case .entitlementRevoked(let lineage, let account, let revokedAt):
-            w.u16(13)
-            w.lineage(lineage)
-            w.account(account)
-            w.i64(revokedAt)
-        case .entitlementReinstated(let lineage, let account):
-            w.u16(14)
-            w.lineage(lineage)
-            w.account(account)
-        case .lineageTombstoned(let lineage, let account):
-            w.u16(15)
-            w.lineage(lineage)
-            w.account(account)
-        case .accountDeleted(let account):
-            w.u16(16)
-            w.account(account)
-        case .staffEnrolled(let e):
-            w.u16(20)
-            w.string(e.staff)
-            w.u8(e.roles.rawValue)
-            w.bytes(e.publicKey)
-            w.optional(e.ownAccount) { $0.account($1) }
-            w.optional(e.enrolledBy) { $0.string($1) }
-            w.bytes(e.signature)
-        case .staffRemoved(let e):
-            w.u16(21)
-            w.string(e.staff)
-            w.string(e.removedBy)
-            w.bytes(e.signature)
-        case .transferRequested(let e):
-            w.u16(22)
-            w.plan(e.plan)
-            w.raw(e.planDigest.bytes)
-            w.string(e.requestedBy)
-            w.bytes(e.signature)
-        case .transferApproved(let e):
-            w.u16(23)
-            w.string(e.caseId)
-            w.raw(e.planDigest.bytes)
-            w.string(e.approvedBy)
-            w.bytes(e.signature)
-        case .transferApplied(let e):
-            w.u16(24)
-            w.string(e.caseId)
-            w.raw(e.planDigest.bytes)
-            w.lineage(e.lineage)
-            w.planSource(e.source)
-            w.account(e.target)
-            w.string(e.appliedBy)
-        case .transferRefused(let e):
-            w.u16(25)
-            w.string(e.caseId)
-            w.string(e.step)
-            w.string(e.staff)
-            w.string(e.reason)
-        case .decisionIssued(let e):
-            w.u16(30)
-            w.u8(e.reason.rawValue)
-            w.optional(e.lineage) { $0.lineage($1) }
-            w.optional(e.account) { $0.account($1) }
+    enum Tag: UInt8 {
+        case transactionSubmitted = 1, notificationReceived, accountDeletionRequested, lineageBound, entitlementGranted,
+            entitlementEnded, entitlementRevoked, entitlementReinstated, lineageTombstoned, accountDeleted, staffEnrolled,
+            staffRemoved, transferRequested, transferApproved, transferApplied, transferRefused, decisionIssued, storeUpgraded
+    }
+
+    /// App Store Server Notification types, code = index + 1 (code 0: the type follows as a string).
+    public static let notificationTypes = [
+        "SUBSCRIBED", "DID_RENEW", "DID_CHANGE_RENEWAL_STATUS", "DID_CHANGE_RENEWAL_PREF", "DID_FAIL_TO_RENEW", "EXPIRED",
+        "GRACE_PERIOD_EXPIRED", "OFFER_REDEEMED", "PRICE_INCREASE", "REFUND", "REFUND_DECLINED", "REFUND_REVERSED",
+        "RENEWAL_EXTENDED", "RENEWAL_EXTENSION", "REVOKE", "CONSUMPTION_REQUEST", "TEST", "EXTERNAL_PURCHASE_TOKEN",
+        "ONE_TIME_CHARGE", "METADATA_UPDATE", "MIGRATION", "PRICE_CHANGE", "RESCIND_CONSENT",
+    ]
+    /// Notification subtypes, coded the same way.
+    public static let notificationSubtypes = [
+        "INITIAL_BUY", "RESUBSCRIBE", "DOWNGRADE", "UPGRADE", "AUTO_RENEW_ENABLED", "AUTO_RENEW_DISABLED", "VOLUNTARY",
+        "BILLING_RETRY", "PRICE_INCREASE", "GRACE_PERIOD", "PENDING", "ACCEPTED", "BILLING_RECOVERY", "PRODUCT_NOT_FOR_SALE",
+        "SUMMARY", "FAILURE", "UNREPORTED", "ACTIVE_TOKEN_REMINDER", "CREATED",
+    ]
+    /// App Store environments, code = index (255: the environment follows as a string).
+    public static let environments = ["Production", "Sandbox", "Xcode", "LocalTesting"]
+
+    /// What the record's events have named so far: the targets of back-references.
+    struct Context {
+        var at: Timestamp
+        var lineage: LineageKey?
+        var account: AccountID?
+        var product: String?
+        /// The expiry of the record's first transaction (a grant usually repeats it).
+        var expires: Timestamp?
+        var sawTransaction = false
+    }
+
+    // MARK: Encoding
+
+    /// Appends the events of a record whose business time is `at`.
+    public static func encode(_ events: [LedgerEvent], at: Timestamp, into w: inout ByteWriter) {
+        var encoder = Encoder(context: Context(at: at))
+        for event in events { encoder.encode(event, into: &w) }
+    }
+
+    struct Encoder {
+        var context: Context
+
+        /// The head byte's flag for `lineage` (set when it repeats the record's lineage); the
+        /// first lineage named becomes the record's.
+        mutating func flag(_ lineage: LineageKey) -> UInt8 {
+            guard let current = context.lineage else {
+                context.lineage = lineage
+                return 0
+            }
+            return current == lineage ? lineageFlag : 0
         }
-        return w.output
-    }
 
-    /// Decodes one event; every byte must be consumed.
-    public static func decode(_ bytes: [UInt8]) throws(DecodingFailure) -> LedgerEvent {
-        var r = ByteReader(bytes)
-        let event = try decode(from: &r)
-        try r.expectEnd()
-        return event
-    }
-
-    public static func decode(from r: inout ByteReader) throws(DecodingFailure) -> LedgerEvent {
-        let tag = try r.u16()
-        switch tag {
-        case 1:
-            let kindByte = try r.u8()
-            guard let kind = SubmissionKind(rawValue: kindByte) else { throw DecodingFailure("unknown submission kind \(kindByte)") }
-            return .transactionSubmitted(
-                TransactionSubmitted(
-                    kind: kind, account: try r.optional { r throws(DecodingFailure) in try r.account() },
-                    lineage: try r.lineage(), transaction: try r.transaction()))
-        case 2:
-            return .notificationReceived(
-                NotificationReceived(
-                    notificationKey: try r.digest(), notificationType: try r.string(),
-                    subtype: try r.optional { r throws(DecodingFailure) in try r.string() }, signedDate: try r.i64(),
-                    lineage: try r.optional { r throws(DecodingFailure) in try r.lineage() },
-                    transaction: try r.optional { r throws(DecodingFailure) in try r.transaction() }))
-        case 3: return .accountDeletionRequested(account: try r.account())
-        case 10: return .lineageBound(lineage: try r.lineage(), account: try r.account())
-        case 11:
-            return .entitlementGranted(
-                EntitlementGranted(
-                    lineage: try r.lineage(), account: try r.account(), productId: try r.string(),
-                    expiresAt: try r.optional { r throws(DecodingFailure) in try r.i64() }))
-        case 12:
-            let lineage = try r.lineage()
-            let account = try r.account()
-            let raw = try r.u8()
-            guard let reason = EntitlementEndReason(rawValue: raw) else { throw DecodingFailure("unknown end reason \(raw)") }
-            return .entitlementEnded(lineage: lineage, account: account, reason: reason)
-        case 13: return .entitlementRevoked(lineage: try r.lineage(), account: try r.account(), revokedAt: try r.i64())
-        case 14: return .entitlementReinstated(lineage: try r.lineage(), account: try r.account())
-        case 15: return .lineageTombstoned(lineage: try r.lineage(), formerAccount: try r.account())
-        case 16: return .accountDeleted(account: try r.account())
-        case 20:
-            return .staffEnrolled(
-                StaffEnrolled(
-                    staff: try r.string(), roles: StaffRoles(rawValue: try r.u8()), publicKey: try r.bytes(),
-                    ownAccount: try r.optional { r throws(DecodingFailure) in try r.account() },
-                    enrolledBy: try r.optional { r throws(DecodingFailure) in try r.string() }, signature: try r.bytes()))
-        case 21:
-            return .staffRemoved(StaffRemoved(staff: try r.string(), removedBy: try r.string(), signature: try r.bytes()))
-        case 22:
-            return .transferRequested(
-                TransferRequested(
-                    plan: try r.plan(), planDigest: try r.digest(), requestedBy: try r.string(), signature: try r.bytes()))
-        case 23:
-            return .transferApproved(
-                TransferApproved(
-                    caseId: try r.string(), planDigest: try r.digest(), approvedBy: try r.string(), signature: try r.bytes()))
-        case 24:
-            return .transferApplied(
-                TransferApplied(
-                    caseId: try r.string(), planDigest: try r.digest(), lineage: try r.lineage(), source: try r.planSource(),
-                    target: try r.account(), appliedBy: try r.string()))
-        case 25:
-            return .transferRefused(
-                TransferRefused(caseId: try r.string(), step: try r.string(), staff: try r.string(), reason: try r.string()))
-        case 30:
-            let raw = try r.u8()
-            guard let reason = DecisionReason(rawValue: raw) else { throw DecodingFailure("unknown decision reason \(raw)") }
-            return .decisionIssued(
-                DecisionIssued(
-                    reason: reason, lineage: try r.optional { r throws(DecodingFailure) in try r.lineage() },
-                    account: try r.optional { r throws(DecodingFailure) in try r.account() }))
-        default:
-            throw DecodingFailure("unknown event tag \(tag)")
+        mutating func flag(_ account: AccountID) -> UInt8 {
+            guard let current = context.account else {
+                context.account = account
+                return 0
+            }
+            return current == account ? accountFlag : 0
         }
-    }
-}
 
-extension ByteWriter {
-    public mutating func lineage(_ key: LineageKey) { raw(key.digest.bytes) }
-    public mutating func account(_ account: AccountID) { raw(account.bytes) }
-
-    mutating func transaction(_ t: TransactionFacts) {
-        raw(t.transactionKey.bytes)
-        string(t.productId)
-        i64(t.purchaseDate)
-        optional(t.expiresDate) { $0.i64($1) }
-        optional(t.revocationDate) { $0.i64($1) }
-        string(t.ownership.appleValue)
-        string(t.environment)
-        i64(t.signedDate)
-        u8(t.provenance.rawValue)
-    }
-
-    mutating func planSource(_ source: PlanSource) {
-        switch source {
-        case .bound(let account):
-            u8(1)
-            self.account(account)
-        case .tombstoned(let account):
-            u8(2)
-            self.account(account)
+        mutating func flag(product: String) -> UInt8 {
+            guard let current = context.product else {
+                context.product = product
+                return 0
+            }
+            return current == product ? productFlag : 0
         }
-    }
 
-    mutating func plan(_ p: TransferPlan) {
-        string(p.caseId)
-        lineage(p.lineage)
-        planSource(p.source)
-        account(p.target)
-        u64(p.lineageVersion)
-        string(p.targetAuthentication)
-        string(p.ownershipEvidence)
-        string(p.reason)
-    }
-}
+        func time(_ value: Timestamp, _ w: inout ByteWriter) { w.zigzag(value &- context.at) }
 
-extension ByteReader {
-    public mutating func lineage() throws(DecodingFailure) -> LineageKey { LineageKey(try digest()) }
+        mutating func encode(_ event: LedgerEvent, into w: inout ByteWriter) {
+            switch event {
+            case .transactionSubmitted(let e):
+                let flags = (e.account.map { flag($0) } ?? 0) | flag(e.lineage)
+                w.u8(Tag.transactionSubmitted.rawValue | flags)
+                w.u8(e.kind.rawValue | (e.account == nil ? 0 : 0x80))
+                if let account = e.account, flags & accountFlag == 0 { w.key(account.key) }
+                if flags & lineageFlag == 0 { w.key(e.lineage.key) }
+                transaction(e.transaction, &w)
+            case .notificationReceived(let e):
+                let flags = e.lineage.map { flag($0) } ?? 0
+                w.u8(Tag.notificationReceived.rawValue | flags)
+                w.u8((e.lineage == nil ? 0 : 1) | (e.transaction == nil ? 0 : 2) | (e.subtype == nil ? 0 : 4))
+                code(e.notificationType, in: EventCodec.notificationTypes, &w)
+                if let subtype = e.subtype { code(subtype, in: EventCodec.notificationSubtypes, &w) }
+                time(e.signedDate, &w)
+                if let lineage = e.lineage, flags & lineageFlag == 0 { w.key(lineage.key) }
+                if let transaction = e.transaction { self.transaction(transaction, &w) }
+            case .accountDeletionRequested(let account):
+                simple(.accountDeletionRequested, lineage: nil, account: account, &w)
+            case .lineageBound(let lineage, let account):
+                simple(.lineageBound, lineage: lineage, account: account, &w)
+            case .entitlementGranted(let e):
+                let flags = flag(e.lineage) | flag(e.account) | flag(product: e.productId)
+                w.u8(Tag.entitlementGranted.rawValue | flags)
+                let repeatsExpiry = e.expiresAt != nil && e.expiresAt == context.expires && context.sawTransaction
+                w.u8((e.expiresAt == nil ? 0 : 1) | (repeatsExpiry ? 2 : 0))
+                if flags & lineageFlag == 0 { w.key(e.lineage.key) }
+                if flags & accountFlag == 0 { w.key(e.account.key) }
+                if flags & productFlag == 0 { w.shortString(e.productId) }
+                if let expiresAt = e.expiresAt, !repeatsExpiry { time(expiresAt, &w) }
+            case .entitlementEnded(let lineage, let account, let reason):
+                simple(.entitlementEnded, lineage: lineage, account: account, &w)
+                w.u8(reason.rawValue)
+            case .entitlementRevoked(let lineage, let account, let revokedAt):
+                simple(.entitlementRevoked, lineage: lineage, account: account, &w)
+                time(revokedAt, &w)
+            case .entitlementReinstated(let lineage, let account):
+                simple(.entitlementReinstated, lineage: lineage, account: account, &w)
+            case .lineageTombstoned(let lineage, let account):
+                simple(.lineageTombstoned, lineage: lineage, account: account, &w)
+            case .accountDeleted(let account):
+                simple(.accountDeleted, lineage: nil, account: account, &w)
+            case .staffEnrolled(let e):
+                let flags = e.ownAccount.map { flag($0) } ?? 0
+                w.u8(Tag.staffEnrolled.rawValue | flags)
+                w.shortString(e.staff)
+                w.u8(e.roles.rawValue)
+                w.shortBytes(e.publicKey)
+                w.u8((e.ownAccount == nil ? 0 : 1) | (e.enrolledBy == nil ? 0 : 2))
+                if let account = e.ownAccount, flags & accountFlag == 0 { w.key(account.key) }
+                if let enrolledBy = e.enrolledBy { w.shortString(enrolledBy) }
+                w.shortBytes(e.signature)
+            case .staffRemoved(let e):
+                w.u8(Tag.staffRemoved.rawValue)
+                w.shortString(e.staff)
+                w.shortString(e.removedBy)
+                w.shortBytes(e.signature)
+            case .transferRequested(let e):
+                let plan = e.plan
+                let flags = flag(plan.lineage) | flag(plan.source.account)
+                w.u8(Tag.transferRequested.rawValue | flags)
+                w.shortString(plan.caseId)
+                if flags & lineageFlag == 0 { w.key(plan.lineage.key) }
+                w.u8(sourceKind(plan.source) | (plan.formatOneLineageSuffix == nil ? 0 : 0x80))
+                if flags & accountFlag == 0 { w.key(plan.source.account.key) }
+                w.key(plan.target.key)
+                w.varint(plan.lineageVersion)
+                w.shortString(plan.targetAuthentication)
+                w.shortString(plan.ownershipEvidence)
+                w.shortString(plan.reason)
+                if let suffix = plan.formatOneLineageSuffix { w.key(suffix) }
+                w.digest(e.planDigest)
+                w.shortString(e.requestedBy)
+                w.shortBytes(e.signature)
+            case .transferApproved(let e):
+                w.u8(Tag.transferApproved.rawValue)
+                w.shortString(e.caseId)
+                w.digest(e.planDigest)
+                w.shortString(e.approvedBy)
+                w.shortBytes(e.signature)
+            case .transferApplied(let e):
+                let flags = flag(e.lineage) | flag(e.source.account)
+                w.u8(Tag.transferApplied.rawValue | flags)
+                w.shortString(e.caseId)
+                w.digest(e.planDigest)
+                if flags & lineageFlag == 0 { w.key(e.lineage.key) }
+                w.u8(sourceKind(e.source))
+                if flags & accountFlag == 0 { w.key(e.source.account.key) }
+                w.key(e.target.key)
+                w.shortString(e.appliedBy)
+            case .transferRefused(let e):
+                w.u8(Tag.transferRefused.rawValue)
+                w.shortString(e.caseId)
+                w.shortString(e.step)
+                w.shortString(e.staff)
+                w.shortString(e.reason)
+            case .decisionIssued(let e):
+                let flags = (e.lineage.map { flag($0) } ?? 0) | (e.account.map { flag($0) } ?? 0)
+                w.u8(Tag.decisionIssued.rawValue | flags)
+                w.u8(e.reason.rawValue | (e.lineage == nil ? 0 : 0x40) | (e.account == nil ? 0 : 0x80))
+                if let lineage = e.lineage, flags & lineageFlag == 0 { w.key(lineage.key) }
+                if let account = e.account, flags & accountFlag == 0 { w.key(account.key) }
+            case .storeUpgraded(let e):
+                w.u8(Tag.storeUpgraded.rawValue)
+                w.u8(e.fromFormat)
+                w.varint(e.records)
+                w.digest(e.headHash)
+                w.digest(e.merkleRoot)
+            }
+        }
 
-    public mutating func account() throws(DecodingFailure) -> AccountID {
-        guard let account = AccountID(try raw(16)) else { throw DecodingFailure("bad account pseudonym") }
-        return account
-    }
+        /// An event made of a lineage (optional) and an account, each inline or a back-reference.
+        mutating func simple(_ tag: Tag, lineage: LineageKey?, account: AccountID, _ w: inout ByteWriter) {
+            let flags = (lineage.map { flag($0) } ?? 0) | flag(account)
+            w.u8(tag.rawValue | flags)
+            if let lineage, flags & lineageFlag == 0 { w.key(lineage.key) }
+            if flags & accountFlag == 0 { w.key(account.key) }
+        }
 
-    mutating func transaction() throws(DecodingFailure) -> TransactionFacts {
-        let key = try digest()
-        let productId = try string()
-        let purchaseDate = try i64()
-        let expiresDate = try optional { r throws(DecodingFailure) in try r.i64() }
-        let revocationDate = try optional { r throws(DecodingFailure) in try r.i64() }
-        let ownership = Ownership(appleValue: try string())
-        let environment = try string()
-        let signedDate = try i64()
-        let raw = try u8()
-        guard let provenance = Provenance(rawValue: raw) else { throw DecodingFailure("unknown provenance \(raw)") }
-        return TransactionFacts(
-            transactionKey: key, productId: productId, purchaseDate: purchaseDate, expiresDate: expiresDate,
-            revocationDate: revocationDate, ownership: ownership, environment: environment, signedDate: signedDate,
-            provenance: provenance)
-    }
+        mutating func transaction(_ t: TransactionFacts, _ w: inout ByteWriter) {
+            let productFlags = flag(product: t.productId)
+            if !context.sawTransaction {
+                context.sawTransaction = true
+                context.expires = t.expiresDate
+            }
+            let ownership: UInt8 =
+                switch t.ownership {
+                case .purchased: 0
+                case .familyShared: 1
+                case .other: 2
+                }
+            let environment = EventCodec.environments.firstIndex(of: t.environment)
+            w.u8(
+                ownership | t.provenance.rawValue << 2 | (t.expiresDate == nil ? 0 : 0x10) | (t.revocationDate == nil ? 0 : 0x20)
+                    | (productFlags == 0 ? 0 : 0x40) | (environment == nil ? 0x80 : 0))
+            w.key(t.transactionKey)
+            if productFlags == 0 { w.shortString(t.productId) }
+            time(t.purchaseDate, &w)
+            if let expires = t.expiresDate { w.zigzag(expires &- t.purchaseDate) }
+            if let revocation = t.revocationDate { time(revocation, &w) }
+            time(t.signedDate, &w)
+            if let environment { w.u8(UInt8(environment)) } else { w.shortString(t.environment) }
+            if case .other(let value) = t.ownership { w.shortString(value) }
+        }
 
-    mutating func planSource() throws(DecodingFailure) -> PlanSource {
-        switch try u8() {
-        case 1: return .bound(try account())
-        case 2: return .tombstoned(try account())
-        case let other: throw DecodingFailure("unknown plan source \(other)")
+        func code(_ value: String, in table: [String], _ w: inout ByteWriter) {
+            if let index = table.firstIndex(of: value) {
+                w.varint(UInt64(index + 1))
+            } else {
+                w.varint(0)
+                w.shortString(value)
+            }
+        }
+
+        func sourceKind(_ source: PlanSource) -> UInt8 {
+            switch source {
+            case .bound: 1
+            case .tombstoned: 2
+            }
         }
     }
 
-    mutating func plan() throws(DecodingFailure) -> TransferPlan {
-        TransferPlan(
-            caseId: try string(), lineage: try lineage(), source: try planSource(), target: try account(),
-            lineageVersion: try u64(), targetAuthentication: try string(), ownershipEvidence: try string(),
-            reason: try string())
+    // MARK: Decoding
+
+    /// Decodes the events of a record whose business time is `at`, through the end of the reader.
+    public static func decode(from r: inout ByteReader, at: Timestamp) throws(DecodingFailure) -> [LedgerEvent] {
+        var decoder = Decoder(context: Context(at: at))
+        var events: [LedgerEvent] = []
+        events.reserveCapacity(4)
+        while r.remaining > 0 { events.append(try decoder.decode(&r)) }
+        guard !events.isEmpty else { throw DecodingFailure("a record holds no event") }
+        return events
+    }
+
+    /// `base + delta`, refusing a time outside the 64-bit range.
+    static func offset(_ base: Timestamp, by delta: Int64) throws(DecodingFailure) -> Timestamp {
+        let (value, overflow) = base.addingReportingOverflow(delta)
+        guard !overflow else { throw DecodingFailure("a time offset overflows") }
+        return value
+    }
+
+    struct Decoder {
+        var context: Context
+
+        func time(_ r: inout ByteReader) throws(DecodingFailure) -> Timestamp { try offset(context.at, by: try r.zigzag()) }
+
+        /// A lineage: the record's (when `flags` has the lineage flag) or 16 bytes, which must not
+        /// repeat the record's lineage (that has one encoding: the flag).
+        mutating func lineage(_ flags: UInt8, _ r: inout ByteReader) throws(DecodingFailure) -> LineageKey {
+            if flags & lineageFlag != 0 {
+                guard let lineage = context.lineage else { throw DecodingFailure("a lineage back-reference before any lineage") }
+                return lineage
+            }
+            let lineage = LineageKey(try r.key())
+            guard let current = context.lineage else {
+                context.lineage = lineage
+                return lineage
+            }
+            guard current != lineage else { throw DecodingFailure("the record's lineage written out instead of referenced") }
+            return lineage
+        }
+
+        mutating func account(_ flags: UInt8, _ r: inout ByteReader) throws(DecodingFailure) -> AccountID {
+            if flags & accountFlag != 0 {
+                guard let account = context.account else { throw DecodingFailure("an account back-reference before any account") }
+                return account
+            }
+            let account = AccountID(try r.key())
+            guard let current = context.account else {
+                context.account = account
+                return account
+            }
+            guard current != account else { throw DecodingFailure("the record's account written out instead of referenced") }
+            return account
+        }
+
+        mutating func product(_ referenced: Bool, _ r: inout ByteReader) throws(DecodingFailure) -> String {
+            if referenced {
+                guard let product = context.product else { throw DecodingFailure("a product back-reference before any product") }
+                return product
+            }
+            let product = try r.shortString()
+            guard let current = context.product else {
+                context.product = product
+                return product
+            }
+            guard current != product else { throw DecodingFailure("the record's product written out instead of referenced") }
+            return product
+        }
+
+        /// Refuses head flags an event cannot carry.
+        func allow(_ head: UInt8, _ allowed: UInt8, _ name: String) throws(DecodingFailure) {
+            guard head & ~tagMask & ~allowed == 0 else { throw DecodingFailure("\(name) with invalid flags 0x\(String(head, radix: 16))") }
+        }
+
+        func code(_ r: inout ByteReader, in table: [String], _ name: String) throws(DecodingFailure) -> String {
+            let code = try r.varint()
+            guard code > 0 else {
+                let value = try r.shortString()
+                guard !table.contains(value) else { throw DecodingFailure("\(name) \(value) written out instead of coded") }
+                return value
+            }
+            guard code <= UInt64(table.count) else { throw DecodingFailure("unknown \(name) code \(code)") }
+            return table[Int(code - 1)]
+        }
+
+        mutating func decode(_ r: inout ByteReader) throws(DecodingFailure) -> LedgerEvent {
+            let head = try r.u8()
+            guard let tag = Tag(rawValue: head & tagMask) else { throw DecodingFailure("unknown event tag \(head & tagMask)") }
+            switch tag {
+            case .transactionSubmitted:
+                try allow(head, lineageFlag | accountFlag, "transaction-submitted")
+                let kindByte = try r.u8()
+                guard let kind = SubmissionKind(rawValue: kindByte & 0x7F) else { throw DecodingFailure("unknown submission kind \(kindByte)") }
+                if kindByte & 0x80 == 0 { try allow(head, lineageFlag, "transaction-submitted without an account") }
+                let account = kindByte & 0x80 == 0 ? nil : try self.account(head, &r)
+                let lineage = try self.lineage(head, &r)
+                return .transactionSubmitted(
+                    TransactionSubmitted(kind: kind, account: account, lineage: lineage, transaction: try transaction(&r)))
+            case .notificationReceived:
+                try allow(head, lineageFlag, "notification-received")
+                let flags = try r.u8()
+                guard flags & ~7 == 0 else { throw DecodingFailure("notification-received with invalid flags \(flags)") }
+                if flags & 1 == 0 { try allow(head, 0, "notification-received without a lineage") }
+                let type = try code(&r, in: EventCodec.notificationTypes, "notification type")
+                let subtype = flags & 4 == 0 ? nil : try code(&r, in: EventCodec.notificationSubtypes, "notification subtype")
+                let signedDate = try time(&r)
+                let lineage = flags & 1 == 0 ? nil : try self.lineage(head, &r)
+                let transaction = flags & 2 == 0 ? nil : try self.transaction(&r)
+                return .notificationReceived(
+                    NotificationReceived(
+                        notificationType: type, subtype: subtype, signedDate: signedDate, lineage: lineage, transaction: transaction))
+            case .accountDeletionRequested:
+                try allow(head, accountFlag, "account-deletion-requested")
+                return .accountDeletionRequested(account: try account(head, &r))
+            case .lineageBound:
+                let (lineage, account) = try pair(head, &r, "lineage-bound")
+                return .lineageBound(lineage: lineage, account: account)
+            case .entitlementGranted:
+                let flags = try r.u8()
+                guard flags & ~3 == 0, flags != 2 else { throw DecodingFailure("entitlement-granted with invalid flags \(flags)") }
+                let lineage = try self.lineage(head, &r)
+                let account = try self.account(head, &r)
+                let product = try self.product(head & productFlag != 0, &r)
+                var expiresAt: Timestamp?
+                if flags & 2 != 0 {
+                    guard context.sawTransaction, let expires = context.expires else {
+                        throw DecodingFailure("an expiry back-reference without a transaction expiry")
+                    }
+                    expiresAt = expires
+                } else if flags & 1 != 0 {
+                    let expires = try time(&r)
+                    guard !(context.sawTransaction && context.expires == expires) else {
+                        throw DecodingFailure("the transaction's expiry written out instead of referenced")
+                    }
+                    expiresAt = expires
+                }
+                return .entitlementGranted(EntitlementGranted(lineage: lineage, account: account, productId: product, expiresAt: expiresAt))
+            case .entitlementEnded:
+                let (lineage, account) = try pair(head, &r, "entitlement-ended")
+                let raw = try r.u8()
+                guard let reason = EntitlementEndReason(rawValue: raw) else { throw DecodingFailure("unknown end reason \(raw)") }
+                return .entitlementEnded(lineage: lineage, account: account, reason: reason)
+            case .entitlementRevoked:
+                let (lineage, account) = try pair(head, &r, "entitlement-revoked")
+                return .entitlementRevoked(lineage: lineage, account: account, revokedAt: try time(&r))
+            case .entitlementReinstated:
+                let (lineage, account) = try pair(head, &r, "entitlement-reinstated")
+                return .entitlementReinstated(lineage: lineage, account: account)
+            case .lineageTombstoned:
+                let (lineage, account) = try pair(head, &r, "lineage-tombstoned")
+                return .lineageTombstoned(lineage: lineage, formerAccount: account)
+            case .accountDeleted:
+                try allow(head, accountFlag, "account-deleted")
+                return .accountDeleted(account: try account(head, &r))
+            case .staffEnrolled:
+                try allow(head, accountFlag, "staff-enrolled")
+                let staff = try r.shortString()
+                let roles = StaffRoles(rawValue: try r.u8())
+                let publicKey = try r.shortBytes()
+                let flags = try r.u8()
+                guard flags & ~3 == 0 else { throw DecodingFailure("staff-enrolled with invalid flags \(flags)") }
+                if flags & 1 == 0 { try allow(head, 0, "staff-enrolled without an own account") }
+                let ownAccount = flags & 1 == 0 ? nil : try account(head, &r)
+                let enrolledBy = flags & 2 == 0 ? nil : try r.shortString()
+                return .staffEnrolled(
+                    StaffEnrolled(
+                        staff: staff, roles: roles, publicKey: publicKey, ownAccount: ownAccount, enrolledBy: enrolledBy,
+                        signature: try r.shortBytes()))
+            case .staffRemoved:
+                try allow(head, 0, "staff-removed")
+                return .staffRemoved(StaffRemoved(staff: try r.shortString(), removedBy: try r.shortString(), signature: try r.shortBytes()))
+            case .transferRequested:
+                try allow(head, lineageFlag | accountFlag, "transfer-requested")
+                let caseId = try r.shortString()
+                let lineage = try self.lineage(head, &r)
+                let kind = try r.u8()
+                let source = try planSource(kind & 0x7F, account: try account(head, &r))
+                let target = AccountID(try r.key())
+                let version = try r.varint()
+                let authentication = try r.shortString()
+                let evidence = try r.shortString()
+                let reason = try r.shortString()
+                let suffix = kind & 0x80 == 0 ? nil : try r.key()
+                let plan = TransferPlan(
+                    caseId: caseId, lineage: lineage, source: source, target: target, lineageVersion: version,
+                    targetAuthentication: authentication, ownershipEvidence: evidence, reason: reason, formatOneLineageSuffix: suffix)
+                return .transferRequested(
+                    TransferRequested(plan: plan, planDigest: try r.digest(), requestedBy: try r.shortString(), signature: try r.shortBytes()))
+            case .transferApproved:
+                try allow(head, 0, "transfer-approved")
+                return .transferApproved(
+                    TransferApproved(
+                        caseId: try r.shortString(), planDigest: try r.digest(), approvedBy: try r.shortString(),
+                        signature: try r.shortBytes()))
+            case .transferApplied:
+                try allow(head, lineageFlag | accountFlag, "transfer-applied")
+                let caseId = try r.shortString()
+                let digest = try r.digest()
+                let lineage = try self.lineage(head, &r)
+                let kind = try r.u8()
+                let source = try planSource(kind, account: try account(head, &r))
+                return .transferApplied(
+                    TransferApplied(
+                        caseId: caseId, planDigest: digest, lineage: lineage, source: source, target: AccountID(try r.key()),
+                        appliedBy: try r.shortString()))
+            case .transferRefused:
+                try allow(head, 0, "transfer-refused")
+                return .transferRefused(
+                    TransferRefused(caseId: try r.shortString(), step: try r.shortString(), staff: try r.shortString(), reason: try r.shortString()))
+            case .decisionIssued:
+                try allow(head, lineageFlag | accountFlag, "decision-issued")
+                let byte = try r.u8()
+                guard let reason = DecisionReason(rawValue: byte & 0x3F) else { throw DecodingFailure("unknown decision reason \(byte & 0x3F)") }
+                if byte & 0x40 == 0 { try allow(head, accountFlag, "decision-issued without a lineage") }
+                if byte & 0x80 == 0 { try allow(head, lineageFlag, "decision-issued without an account") }
+                let lineage = byte & 0x40 == 0 ? nil : try self.lineage(head, &r)
+                let account = byte & 0x80 == 0 ? nil : try self.account(head, &r)
+                return .decisionIssued(DecisionIssued(reason: reason, lineage: lineage, account: account))
+            case .storeUpgraded:
+                try allow(head, 0, "store-upgraded")
+                return .storeUpgraded(
+                    StoreUpgraded(fromFormat: try r.u8(), records: try r.varint(), headHash: try r.digest(), merkleRoot: try r.digest()))
+            }
+        }
+
+        mutating func pair(_ head: UInt8, _ r: inout ByteReader, _ name: String) throws(DecodingFailure) -> (LineageKey, AccountID) {
+            try allow(head, lineageFlag | accountFlag, name)
+            let lineage = try self.lineage(head, &r)
+            return (lineage, try account(head, &r))
+        }
+
+        func planSource(_ kind: UInt8, account: AccountID) throws(DecodingFailure) -> PlanSource {
+            switch kind {
+            case 1: return .bound(account)
+            case 2: return .tombstoned(account)
+            default: throw DecodingFailure("unknown plan source \(kind)")
+            }
+        }
+
+        mutating func transaction(_ r: inout ByteReader) throws(DecodingFailure) -> TransactionFacts {
+            let flags = try r.u8()
+            guard let provenance = Provenance(rawValue: flags >> 2 & 3) else { throw DecodingFailure("unknown provenance in \(flags)") }
+            let key = try r.key()
+            let product = try self.product(flags & 0x40 != 0, &r)
+            let purchase = try time(&r)
+            let expires = flags & 0x10 == 0 ? nil : try offset(purchase, by: try r.zigzag())
+            let revocation = flags & 0x20 == 0 ? nil : try time(&r)
+            let signed = try time(&r)
+            let environment: String
+            if flags & 0x80 == 0 {
+                let code = Int(try r.u8())
+                guard code < EventCodec.environments.count else { throw DecodingFailure("unknown environment code \(code)") }
+                environment = EventCodec.environments[code]
+            } else {
+                environment = try r.shortString()
+                guard !EventCodec.environments.contains(environment) else {
+                    throw DecodingFailure("environment \(environment) written out instead of coded")
+                }
+            }
+            let ownership: Ownership
+            switch flags & 3 {
+            case 0: ownership = .purchased
+            case 1: ownership = .familyShared
+            case 2:
+                let value = try r.shortString()
+                ownership = Ownership(appleValue: value)
+                guard case .other = ownership else { throw DecodingFailure("ownership \(value) written out instead of coded") }
+            default: throw DecodingFailure("unknown ownership code 3")
+            }
+            if !context.sawTransaction {
+                context.sawTransaction = true
+                context.expires = expires
+            }
+            return TransactionFacts(
+                transactionKey: key, productId: product, purchaseDate: purchase, expiresDate: expires, revocationDate: revocation,
+                ownership: ownership, environment: environment, signedDate: signed, provenance: provenance)
+        }
     }
 }
 
 extension TransferPlan {
-    /// The bytes whose SHA-256 is the plan digest both staff members sign.
+    /// The bytes whose SHA-256 is the plan digest both staff members sign: the plan's fields in order
+    /// (strings with a u32 length, the version as u64) after a version label. A plan signed in
+    /// storage format 1 keeps that format's label and 32-byte lineage key, so its digest still verifies.
     public var canonicalBytes: [UInt8] {
         var w = ByteWriter()
-        w.string("ownership-ledger/transfer-plan/v1")
-        w.plan(self)
+        w.string(formatOneLineageSuffix == nil ? "ownership-ledger/transfer-plan/v2" : "ownership-ledger/transfer-plan/v1")
+        w.string(caseId)
+        w.key(lineage.key)
+        if let suffix = formatOneLineageSuffix { w.key(suffix) }
+        switch source {
+        case .bound(let account):
+            w.u8(1)
+            w.key(account.key)
+        case .tombstoned(let account):
+            w.u8(2)
+            w.key(account.key)
+        }
+        w.key(target.key)
+        w.u64(lineageVersion)
+        w.string(targetAuthentication)
+        w.string(ownershipEvidence)
+        w.string(reason)
         return w.output
     }
 }

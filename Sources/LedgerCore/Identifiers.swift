@@ -2,56 +2,133 @@
 /// command or an envelope.
 public typealias Timestamp = Int64
 
-/// A 32-byte digest used as an opaque identifier (lineage keys, event ids, keyed hashes).
+/// A 32-byte digest: hashes (the hash chain, Merkle nodes, plan digests) and format-1 identifiers.
+/// Held inline (four big-endian words, no heap storage).
 public struct Digest32: Hashable, Comparable, Sendable, CustomStringConvertible {
-    /// The 32 bytes.
-    public let bytes: [UInt8]
+    private var w0: UInt64, w1: UInt64, w2: UInt64, w3: UInt64
 
     /// Wraps `bytes`; nil unless there are exactly 32.
     public init?(_ bytes: [UInt8]) {
         guard bytes.count == 32 else { return nil }
-        self.bytes = bytes
+        self = bytes.withUnsafeBytes { Digest32(loading: $0, at: 0) }
     }
 
-    /// 32 zero bytes: the previous hash of the first record.
-    public static let zero = Digest32(unchecked: [UInt8](repeating: 0, count: 32))
+    /// Reads 32 bytes at `offset` of `buffer` (the caller checked the bounds).
+    @inline(__always)
+    public init(loading buffer: UnsafeRawBufferPointer, at offset: Int) {
+        func word(_ index: Int) -> UInt64 { UInt64(bigEndian: buffer.loadUnaligned(fromByteOffset: offset + index * 8, as: UInt64.self)) }
+        (w0, w1, w2, w3) = (word(0), word(1), word(2), word(3))
+    }
 
-    init(unchecked bytes: [UInt8]) { self.bytes = bytes }
+    /// 32 zero bytes: the chain hash before the first record.
+    public static let zero = Digest32(words: (0, 0, 0, 0))
 
-    public static func < (lhs: Digest32, rhs: Digest32) -> Bool { lhs.bytes.lexicographicallyPrecedes(rhs.bytes) }
+    init(words: (UInt64, UInt64, UInt64, UInt64)) { (w0, w1, w2, w3) = words }
+
+    public static func < (lhs: Digest32, rhs: Digest32) -> Bool { (lhs.w0, lhs.w1, lhs.w2, lhs.w3) < (rhs.w0, rhs.w1, rhs.w2, rhs.w3) }
+
+    /// The 32 bytes.
+    public var bytes: [UInt8] { withBytes { Array($0) } }
+
+    /// Runs `body` with the 32 bytes in a stack buffer.
+    @inline(__always)
+    public func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        var words = (w0.bigEndian, w1.bigEndian, w2.bigEndian, w3.bigEndian)
+        return try withUnsafeBytes(of: &words) { try body($0) }
+    }
+
+    /// The first 16 bytes.
+    public var prefix128: Key128 { Key128(high: w0, low: w1) }
+
+    /// Bytes 16 to 31.
+    public var suffix128: Key128 { Key128(high: w2, low: w3) }
 
     /// Lowercase hexadecimal.
-    public var hex: String { hexString(bytes) }
+    public var hex: String { bytes.hex }
     public var description: String { hex }
 }
 
-/// The platform- and environment-scoped keyed hash of an original transaction identity:
-/// HMAC-SHA256(ledger key, "apple|<environment>|<originalTransactionId>"). The Apple identifier
-/// itself never reaches the log.
+/// 128 bits held inline (two big-endian words, no heap storage): keyed identifiers (lineages,
+/// transactions, commands, vault lookups) are the first 16 bytes of an HMAC-SHA256 under a secret
+/// key, and account pseudonyms are 16 random bytes. Ordered as its bytes.
+public struct Key128: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// Bytes 0 to 7, big-endian.
+    public var high: UInt64
+    /// Bytes 8 to 15, big-endian.
+    public var low: UInt64
+
+    public init(high: UInt64, low: UInt64) {
+        self.high = high
+        self.low = low
+    }
+
+    /// The first 16 bytes of `bytes`; nil when there are fewer.
+    public init?(prefixOf bytes: [UInt8]) {
+        guard bytes.count >= 16 else { return nil }
+        self = bytes.withUnsafeBytes { Key128(loading: $0, at: 0) }
+    }
+
+    /// Wraps exactly 16 bytes; nil otherwise.
+    public init?(_ bytes: [UInt8]) {
+        guard bytes.count == 16 else { return nil }
+        self.init(prefixOf: bytes)
+    }
+
+    /// Reads 16 bytes at `offset` of `buffer` (the caller checked the bounds).
+    @inline(__always)
+    public init(loading buffer: UnsafeRawBufferPointer, at offset: Int) {
+        high = UInt64(bigEndian: buffer.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+        low = UInt64(bigEndian: buffer.loadUnaligned(fromByteOffset: offset + 8, as: UInt64.self))
+    }
+
+    public static let zero = Key128(high: 0, low: 0)
+
+    public static func < (lhs: Self, rhs: Self) -> Bool { (lhs.high, lhs.low) < (rhs.high, rhs.low) }
+
+    /// The 16 bytes.
+    public var bytes: [UInt8] { withBytes { Array($0) } }
+
+    /// Runs `body` with the 16 bytes in a stack buffer.
+    @inline(__always)
+    public func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        var words = (high.bigEndian, low.bigEndian)
+        return try withUnsafeBytes(of: &words) { try body($0) }
+    }
+
+    /// Lowercase hexadecimal (32 digits).
+    public var hex: String { bytes.hex }
+    public var description: String { hex }
+}
+
+/// The platform- and environment-scoped keyed hash of an original transaction identity: the first
+/// 16 bytes of HMAC-SHA256(ledger key, "apple|<environment>|<originalTransactionId>"). The Apple
+/// identifier itself never reaches the log. (Format 1 stored all 32 bytes: truncated, a format-1
+/// key equals the format-2 key, so lookups by original transaction id survive the upgrade.)
 public struct LineageKey: Hashable, Comparable, Sendable, CustomStringConvertible {
-    public let digest: Digest32
-    public init(_ digest: Digest32) { self.digest = digest }
-    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.digest < rhs.digest }
-    public var description: String { digest.hex }
+    public let key: Key128
+    public init(_ key: Key128) { self.key = key }
+    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.key < rhs.key }
+    public var bytes: [UInt8] { key.bytes }
+    public var description: String { key.hex }
 }
 
 /// The pseudonym of an account (a random 16-byte value issued by the identity vault). Events
 /// name accounts only by pseudonym; the UID mapping is deleted with the account.
 public struct AccountID: Hashable, Comparable, Sendable, CustomStringConvertible {
-    public let bytes: [UInt8]
+    public let key: Key128
+    public init(_ key: Key128) { self.key = key }
     /// Wraps `bytes`; nil unless there are exactly 16.
     public init?(_ bytes: [UInt8]) {
-        guard bytes.count == 16 else { return nil }
-        self.bytes = bytes
+        guard let key = Key128(bytes) else { return nil }
+        self.key = key
     }
-    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.bytes.lexicographicallyPrecedes(rhs.bytes) }
-    public var description: String { hexString(bytes) }
+    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.key < rhs.key }
+    public var bytes: [UInt8] { key.bytes }
+    public var description: String { key.hex }
 }
 
 /// Identifies an enrolled support staff member (chosen by the roster administrator, e.g. "alice").
 public typealias StaffID = String
-
-func hexString(_ bytes: [UInt8]) -> String { bytes.hex }
 
 extension Array where Element == UInt8 {
     /// Lowercase hexadecimal.

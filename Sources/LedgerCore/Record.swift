@@ -1,39 +1,45 @@
-/// One entry of the log: the envelope and its event.
+/// One entry of the log: everything one decided command produced. Its fact first (what the
+/// verifier submitted, or the support step), then the effects, then, for a submission, the decision.
 public struct Record: Equatable, Sendable {
-    /// Gapless, starting at 1.
+    /// Gapless, starting at 1: the record's position (its key in the log, not stored in its bytes;
+    /// the hash chain covers it).
     public var sequence: UInt64
-    /// When the ledger recorded the event (the caller's time of the attempt, or the ledger clock).
+    /// When the ledger recorded it, from the ledger's clock (never the caller's), never earlier than
+    /// the previous record's: "what the ledger knew at T" is a prefix of the log.
     public var recordedAt: Timestamp
-    /// Exact idempotency key.
-    public var eventId: Digest32
-    public var schemaVersion: UInt16
-    /// Hash of the previous record (zero for the first).
-    public var previousHash: Digest32
-    /// SHA-256(previous hash ‖ body), computed by the store.
-    public var hash: Digest32
-    public var event: LedgerEvent
+    /// The business time of the attempt the caller gave (or the ledger clock when it gave none):
+    /// what the decider judged expiry by.
+    public var at: Timestamp
+    /// The command's idempotency key: a retried submission has the same key.
+    public var command: Key128
+    /// 0 for the first decision of a command; n for its n-th decision again (a retry decided anew).
+    public var attempt: UInt32
+    public var events: [LedgerEvent]
 
     public init(
-        sequence: UInt64, recordedAt: Timestamp, eventId: Digest32, schemaVersion: UInt16 = EventCodec.schemaVersion,
-        previousHash: Digest32, hash: Digest32, event: LedgerEvent
+        sequence: UInt64, recordedAt: Timestamp, at: Timestamp, command: Key128, attempt: UInt32, events: [LedgerEvent]
     ) {
         self.sequence = sequence
         self.recordedAt = recordedAt
-        self.eventId = eventId
-        self.schemaVersion = schemaVersion
-        self.previousHash = previousHash
-        self.hash = hash
-        self.event = event
+        self.at = at
+        self.command = command
+        self.attempt = attempt
+        self.events = events
     }
-}
 
-extension BidirectionalCollection where Element == Record {
-    /// The records up to and including the last one recorded at or before `time`: a prefix of the
-    /// log, so it describes a state that existed even when callers supplied times out of order.
-    /// (Filtering by time instead could apply an effect without the event it followed.)
-    public func prefix(throughRecordedAt time: Timestamp) -> SubSequence {
-        guard let last = lastIndex(where: { $0.recordedAt <= time }) else { return self[startIndex..<startIndex] }
-        return self[...last]
+    /// The decision the record issued, if it is a submission's.
+    public var decision: DecisionIssued? {
+        for case .decisionIssued(let decision) in events.reversed() { return decision }
+        return nil
+    }
+
+    /// Every lineage the record's events name, in order of first mention.
+    public var lineages: [LineageKey] {
+        var out: [LineageKey] = []
+        for event in events {
+            if let lineage = event.lineage, !out.contains(lineage) { out.append(lineage) }
+        }
+        return out
     }
 }
 
@@ -42,80 +48,88 @@ public struct RecordDecodingError: Error, Equatable, Sendable, CustomStringConve
     /// The sequence number the record was stored under.
     public var sequence: UInt64
     public var reason: String
+
+    public init(sequence: UInt64, reason: String) {
+        self.sequence = sequence
+        self.reason = reason
+    }
+
     public var description: String { "record \(sequence) is corrupt: \(reason)" }
 }
 
-/// The versioned binary record format:
+/// Storage format 2 of a record (`docs/storage-format.md`):
 ///
 /// ```
-/// u8  format (1) | u64 sequence | i64 recordedAt | [32] eventId | u16 schemaVersion
-/// [32] previousHash | u32 eventLength | event (EventCodec) | [32] hash
+/// u8      format = 2
+/// u48     recordedAt               ms since the epoch, at a fixed offset: binary search by time reads only it
+/// [16]    command                  the idempotency key, at a fixed offset
+/// varint  zigzag(at − recordedAt)  the business time of the attempt
+/// varint  attempt
+/// …       events                   until the end (EventCodec)
 /// ```
 ///
-/// The hash is SHA-256 over the previous hash and every byte before the hash (the body).
+/// No hash is stored: the leaf hash is SHA-256(0x00 ‖ these bytes) and the chain links leaf hashes
+/// (`LedgerStore`). The encoding is canonical: decoding accepts exactly the bytes `encode` writes.
 public enum RecordCodec {
-    public static let formatVersion: UInt8 = 1
-    /// Bytes after the body.
-    public static let hashLength = 32
+    public static let formatVersion: UInt8 = 2
+    /// Offsets of the fixed-position fields.
+    public static let recordedAtOffset = 1
+    public static let commandOffset = 7
+    static let headerLength = 23
 
-    /// The body: everything the hash covers, given the event's encoding.
-    public static func body(
-        sequence: UInt64, recordedAt: Timestamp, eventId: Digest32, previousHash: Digest32, eventBytes: [UInt8],
-        schemaVersion: UInt16 = EventCodec.schemaVersion
-    ) -> [UInt8] {
-        var w = ByteWriter()
+    public static func encode(_ record: Record) -> [UInt8] {
+        var w = ByteWriter(capacity: 160)
         w.u8(formatVersion)
-        w.u64(sequence)
-        w.i64(recordedAt)
-        w.raw(eventId.bytes)
-        w.u16(schemaVersion)
-        w.raw(previousHash.bytes)
-        w.bytes(eventBytes)
+        w.u48(UInt64(record.recordedAt))
+        w.key(record.command)
+        w.zigzag(record.at &- record.recordedAt)
+        w.varint(UInt64(record.attempt))
+        EventCodec.encode(record.events, at: record.at, into: &w)
         return w.output
     }
 
-    /// The recorded time of stored bytes, read without decoding the event; nil when truncated.
-    public static func recordedAt(of stored: [UInt8]) -> Timestamp? {
-        var r = ByteReader(stored, offset: 9)
-        return try? r.i64()
+    /// The recorded time of stored bytes, read without decoding anything else; nil when they are
+    /// not a format-2 record.
+    public static func recordedAt(of stored: UnsafeRawBufferPointer) -> Timestamp? {
+        guard stored.count >= headerLength, stored[0] == formatVersion else { return nil }
+        var value: Int64 = 0
+        for index in recordedAtOffset..<recordedAtOffset + 6 { value = value << 8 | Int64(stored[index]) }
+        return value
     }
 
-    /// Splits stored bytes into body and hash without decoding the event.
-    public static func split(_ stored: [UInt8], sequence: UInt64) throws(RecordDecodingError) -> (body: ArraySlice<UInt8>, hash: Digest32) {
-        guard stored.count > hashLength else {
-            throw RecordDecodingError(sequence: sequence, reason: "truncated: \(stored.count) bytes")
-        }
-        let bodyEnd = stored.count - hashLength
-        return (stored[..<bodyEnd], Digest32(unchecked: Array(stored[bodyEnd...])))
+    /// The command key of stored bytes, read without decoding anything else.
+    public static func command(of stored: UnsafeRawBufferPointer) -> Key128? {
+        guard stored.count >= headerLength, stored[0] == formatVersion else { return nil }
+        return Key128(loading: stored, at: commandOffset)
     }
 
-    /// Decodes stored bytes (body ‖ hash) in one pass. Checks structure, not the hash chain.
     public static func decode(_ stored: [UInt8], sequence: UInt64) throws(RecordDecodingError) -> Record {
+        let result: Result<Record, RecordDecodingError> = stored.withUnsafeBytes { raw in
+            do throws(RecordDecodingError) {
+                return .success(try decode(raw, sequence: sequence))
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+
+    /// Decodes stored bytes in one pass, checking every bound and that the encoding is canonical.
+    public static func decode(_ stored: UnsafeRawBufferPointer, sequence: UInt64) throws(RecordDecodingError) -> Record {
         do throws(DecodingFailure) {
-            guard stored.count > hashLength else { throw DecodingFailure("truncated: \(stored.count) bytes") }
             var r = ByteReader(stored)
             let format = try r.u8()
-            guard format == formatVersion else { throw DecodingFailure("unknown record format \(format)") }
-            let storedSequence = try r.u64()
-            guard storedSequence == sequence else {
-                throw DecodingFailure("envelope says sequence \(storedSequence)")
+            guard format == formatVersion else {
+                throw DecodingFailure(
+                    format == 1 ? "a format-1 record (this store must be upgraded: ledger upgrade)" : "unknown record format \(format)")
             }
-            let recordedAt = try r.i64()
-            let eventId = try r.digest()
-            let schemaVersion = try r.u16()
-            guard schemaVersion <= EventCodec.schemaVersion else {
-                throw DecodingFailure("event schema version \(schemaVersion) is newer than this ledger (\(EventCodec.schemaVersion))")
-            }
-            let previousHash = try r.digest()
-            let eventLength = Int(try r.u32())
-            guard eventLength == r.remaining - hashLength else {
-                throw DecodingFailure("event length \(eventLength) does not match the \(r.remaining - hashLength) bytes stored")
-            }
-            let event = try EventCodec.decode(from: &r)
-            guard r.remaining == hashLength else { throw DecodingFailure("event ends \(r.remaining - hashLength) bytes early") }
-            return Record(
-                sequence: sequence, recordedAt: recordedAt, eventId: eventId, schemaVersion: schemaVersion,
-                previousHash: previousHash, hash: try r.digest(), event: event)
+            let recordedAt = Int64(try r.u48())
+            let command = try r.key()
+            let at = try EventCodec.offset(recordedAt, by: try r.zigzag())
+            let attempt = try r.varint()
+            guard attempt <= UInt64(UInt32.max) else { throw DecodingFailure("attempt \(attempt) is out of range") }
+            let events = try EventCodec.decode(from: &r, at: at)
+            return Record(sequence: sequence, recordedAt: recordedAt, at: at, command: command, attempt: UInt32(attempt), events: events)
         } catch {
             throw RecordDecodingError(sequence: sequence, reason: error.message)
         }

@@ -108,26 +108,28 @@ nonisolated(unsafe) private let fetchedSHA256: Result<OpaquePointer, CryptoError
 
 /// One reusable SHA-256 context: `begin`, `update`s, `finish`, as often as needed. Not for sharing
 /// between threads.
-final class SHA256Hasher {
+public final class SHA256Hasher {
     static let blockSize = 64
     private let context: OpaquePointer
 
-    init() throws {
+    public init() throws {
         guard let context = EVP_MD_CTX_new() else { throw CryptoError("EVP_MD_CTX_new") }
         self.context = context
     }
 
     deinit { EVP_MD_CTX_free(context) }
 
-    func begin() throws {
+    public func begin() throws {
         try check(EVP_DigestInit_ex2(context, try fetchedSHA256.get(), nil), "EVP_DigestInit_ex2(SHA256)")
     }
 
-    func update(_ bytes: [UInt8]) throws {
-        try bytes.withUnsafeBytes { try check(EVP_DigestUpdate(context, $0.baseAddress, $0.count), "EVP_DigestUpdate(SHA256)") }
+    public func update(_ bytes: [UInt8]) throws { try bytes.withUnsafeBytes { try update($0) } }
+
+    public func update(_ buffer: UnsafeRawBufferPointer) throws {
+        try check(EVP_DigestUpdate(context, buffer.baseAddress, buffer.count), "EVP_DigestUpdate(SHA256)")
     }
 
-    func finish() throws -> [UInt8] {
+    public func finish() throws -> [UInt8] {
         var out = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
         try check(EVP_DigestFinal_ex(context, &out, &length), "EVP_DigestFinal_ex(SHA256)")

@@ -23,9 +23,17 @@ public enum MerkleTree {
     /// The audit path (RFC 6962 §2.1.1 PATH) for leaf `index` in the tree of `leafHashes`, nearest sibling first.
     /// Empty for a one-leaf tree, or when `index` is outside the tree. O(n) hashes, O(log n) proof length.
     public static func inclusionProof(index: Int, leafHashes: [[UInt8]]) throws -> [[UInt8]] {
-        guard index >= 0, index < leafHashes.count else { return [] }
+        let hasher = try NodeHasher()
+        return try inclusionProof(index: index, size: leafHashes.count) { try subtreeRoot(leafHashes, $0, $1, hasher) }
+    }
+
+    /// The audit path for leaf `index` in a tree of `size` leaves, given `subtree(lo, hi)`: the MTH of
+    /// leaves [lo, hi). Every range asked for is either a perfect subtree (a power of two, aligned to
+    /// its size) or the tree's right edge, so a log can answer from stored nodes. O(log n) calls.
+    public static func inclusionProof(index: Int, size: Int, subtree: (Int, Int) throws -> [UInt8]) throws -> [[UInt8]] {
+        guard index >= 0, index < size else { return [] }
         var proof: [[UInt8]] = []
-        try path(index, leafHashes, 0, leafHashes.count, NodeHasher(), into: &proof)
+        try path(index, 0, size, subtree, into: &proof)
         return proof
     }
 
@@ -59,9 +67,16 @@ public enum MerkleTree {
     /// the tree of all `leafHashes`. Empty when the sizes are equal, and when `oldSize` is 0 or larger than the
     /// tree (invalid). O(n) hashes, O(log n) proof length.
     public static func consistencyProof(oldSize: Int, leafHashes: [[UInt8]]) throws -> [[UInt8]] {
-        guard oldSize > 0, oldSize < leafHashes.count else { return [] }
+        let hasher = try NodeHasher()
+        return try consistencyProof(oldSize: oldSize, size: leafHashes.count) { try subtreeRoot(leafHashes, $0, $1, hasher) }
+    }
+
+    /// The consistency proof from `oldSize` to `size` leaves, given `subtree(lo, hi)` as for
+    /// ``inclusionProof(index:size:subtree:)``. O(log n) calls.
+    public static func consistencyProof(oldSize: Int, size: Int, subtree: (Int, Int) throws -> [UInt8]) throws -> [[UInt8]] {
+        guard oldSize > 0, oldSize < size else { return [] }
         var proof: [[UInt8]] = []
-        try subproof(oldSize, leafHashes, 0, leafHashes.count, complete: true, NodeHasher(), into: &proof)
+        try subproof(oldSize, 0, size, complete: true, subtree, into: &proof)
         return proof
     }
 
@@ -105,7 +120,7 @@ public enum MerkleTree {
     // MARK: - Internals over the half-open range [lo, hi) of the leaf array
 
     /// The largest power of two strictly less than `n` (n ≥ 2).
-    static func splitPoint(_ n: Int) -> Int {
+    public static func splitPoint(_ n: Int) -> Int {
         var k = 1
         while k << 1 < n { k <<= 1 }
         return k
@@ -113,6 +128,10 @@ public enum MerkleTree {
 
     /// MTH of leaves [lo, hi), bottom-up: pair neighbours, carry an odd last node up unchanged. This equals the
     /// RFC 6962 recursive definition (split at the largest power of two below n).
+    public static func subtreeRoot(_ leaves: [[UInt8]], _ lo: Int, _ hi: Int) throws -> [UInt8] {
+        try subtreeRoot(leaves, lo, hi, NodeHasher())
+    }
+
     static func subtreeRoot(_ leaves: [[UInt8]], _ lo: Int, _ hi: Int, _ hasher: NodeHasher) throws -> [UInt8] {
         let count = hi - lo
         if count <= 0 { return try emptyRoot }
@@ -143,36 +162,35 @@ public enum MerkleTree {
     }
 
     /// RFC 6962 PATH(m, D[lo:hi]), appended leaf-side first.
-    static func path(_ m: Int, _ leaves: [[UInt8]], _ lo: Int, _ hi: Int, _ hasher: NodeHasher, into proof: inout [[UInt8]]) throws {
+    static func path(_ m: Int, _ lo: Int, _ hi: Int, _ subtree: (Int, Int) throws -> [UInt8], into proof: inout [[UInt8]]) throws {
         let n = hi - lo
         guard n > 1 else { return }
         let k = splitPoint(n)
         if m < k {
-            try path(m, leaves, lo, lo + k, hasher, into: &proof)
-            proof.append(try subtreeRoot(leaves, lo + k, hi, hasher))
+            try path(m, lo, lo + k, subtree, into: &proof)
+            proof.append(try subtree(lo + k, hi))
         } else {
-            try path(m - k, leaves, lo + k, hi, hasher, into: &proof)
-            proof.append(try subtreeRoot(leaves, lo, lo + k, hasher))
+            try path(m - k, lo + k, hi, subtree, into: &proof)
+            proof.append(try subtree(lo, lo + k))
         }
     }
 
     /// RFC 6962 SUBPROOF(m, D[lo:hi], b), appended leaf-side first.
     static func subproof(
-        _ m: Int, _ leaves: [[UInt8]], _ lo: Int, _ hi: Int, complete: Bool, _ hasher: NodeHasher,
-        into proof: inout [[UInt8]]
+        _ m: Int, _ lo: Int, _ hi: Int, complete: Bool, _ subtree: (Int, Int) throws -> [UInt8], into proof: inout [[UInt8]]
     ) throws {
         let n = hi - lo
         if m == n {
-            if !complete { proof.append(try subtreeRoot(leaves, lo, hi, hasher)) }
+            if !complete { proof.append(try subtree(lo, hi)) }
             return
         }
         let k = splitPoint(n)
         if m <= k {
-            try subproof(m, leaves, lo, lo + k, complete: complete, hasher, into: &proof)
-            proof.append(try subtreeRoot(leaves, lo + k, hi, hasher))
+            try subproof(m, lo, lo + k, complete: complete, subtree, into: &proof)
+            proof.append(try subtree(lo + k, hi))
         } else {
-            try subproof(m - k, leaves, lo + k, hi, complete: false, hasher, into: &proof)
-            proof.append(try subtreeRoot(leaves, lo, lo + k, hasher))
+            try subproof(m - k, lo + k, hi, complete: false, subtree, into: &proof)
+            proof.append(try subtree(lo, lo + k))
         }
     }
 }

@@ -34,8 +34,9 @@ final class LMDBEnvironment: @unchecked Sendable {
     enum Mode {
         /// Create the environment and the databases if missing (`ledger init`).
         case create
-        /// An existing environment: every database must exist, and `required` tells a foreign LMDB
-        /// store apart (``LMDBError/isNotFound`` when it is missing; nothing is created or written).
+        /// An existing environment: `required` must exist, which tells a foreign LMDB store apart
+        /// (``LMDBError/isNotFound`` when it is missing); other databases are opened when present
+        /// (``databases`` lists them). Nothing is created or written.
         case open(required: String)
         /// As `.open`, with `MDB_RDONLY`: the data file is never written.
         case readOnly(required: String)
@@ -52,11 +53,19 @@ final class LMDBEnvironment: @unchecked Sendable {
     /// The most time between two dead-reader checks of a writer.
     let readerCheckInterval: UInt64
 
-    /// Opens the environment in the directory `path`. An existing `data.mdb` shorter than its meta
-    /// pages claim is refused before LMDB maps it (``LMDBFileCheck``).
+    /// Opens the environment in the directory `path` with plain databases named `databaseNames`.
+    convenience init(
+        path: String, databaseNames: [String], mode: Mode = .create, initialMapSize: Int = LMDBEnvironment.defaultMapSize
+    ) throws {
+        try self.init(path: path, databases: databaseNames.map { ($0, 0) }, mode: mode, initialMapSize: initialMapSize)
+    }
+
+    /// Opens the environment in the directory `path` with `databases` (name and `mdb_dbi_open` flags,
+    /// such as `MDB_DUPSORT`). An existing `data.mdb` shorter than its meta pages claim is refused
+    /// before LMDB maps it (``LMDBFileCheck``).
     init(
-        path: String, databaseNames: [String], mode: Mode = .create, initialMapSize: Int = LMDBEnvironment.defaultMapSize,
-        readerCheckInterval: Double = 1
+        path: String, databases specs: [(name: String, flags: UInt32)], mode: Mode = .create,
+        initialMapSize: Int = LMDBEnvironment.defaultMapSize, readerCheckInterval: Double = 1
     ) throws {
         try LMDBFileCheck.checkLength(of: (path as NSString).appendingPathComponent("data.mdb"))
         var env: OpaquePointer?
@@ -66,7 +75,7 @@ final class LMDBEnvironment: @unchecked Sendable {
         handle = env
         self.readerCheckInterval = UInt64(readerCheckInterval * 1e9)
         lastReaderCheck = DispatchTime.now().uptimeNanoseconds
-        try lmdb(mdb_env_set_maxdbs(env, MDB_dbi(databaseNames.count + 2)), "mdb_env_set_maxdbs")
+        try lmdb(mdb_env_set_maxdbs(env, MDB_dbi(specs.count + 2)), "mdb_env_set_maxdbs")
         try lmdb(mdb_env_set_mapsize(env, initialMapSize), "mdb_env_set_mapsize")
         var flags = UInt32(MDB_NOTLS)
         if case .readOnly = mode { flags |= UInt32(MDB_RDONLY) }
@@ -75,9 +84,9 @@ final class LMDBEnvironment: @unchecked Sendable {
         try lmdb(mdb_reader_check(env, &dead), "mdb_reader_check")
         switch mode {
         case .create:
-            try write { txn in try openDatabases(databaseNames, in: txn, flags: UInt32(MDB_CREATE), required: nil) }
+            try write { txn in try openDatabases(specs, in: txn, create: true, required: nil) }
         case .open(let required), .readOnly(let required):
-            try openDatabasesForReading(databaseNames, required: required)
+            try openDatabasesForReading(specs, required: required)
         }
     }
 
@@ -88,27 +97,36 @@ final class LMDBEnvironment: @unchecked Sendable {
 
     func database(_ name: String) -> MDB_dbi { databases[name] ?? 0 }
 
-    /// Opens `names` in `txn`; with `required`, that database must exist first.
-    private func openDatabases(_ names: [String], in txn: LMDBTransaction, flags: UInt32, required: String?) throws {
-        if let required {
+    /// The handle of `name`; throws ``LMDBError/isNotFound`` when the environment lacks it.
+    func require(_ name: String) throws(LMDBError) -> MDB_dbi {
+        guard let dbi = databases[name] else { throw LMDBError(code: MDB_NOTFOUND, operation: "mdb_dbi_open(\(name))") }
+        return dbi
+    }
+
+    /// Opens `specs` in `txn`; with `required`, that database must exist first.
+    private func openDatabases(_ specs: [(name: String, flags: UInt32)], in txn: LMDBTransaction, create: Bool, required: String?) throws {
+        if let required, let spec = specs.first(where: { $0.name == required }) {
             var dbi: MDB_dbi = 0
-            try lmdb(mdb_dbi_open(txn.handle, required, 0, &dbi), "mdb_dbi_open(\(required))")
+            try lmdb(mdb_dbi_open(txn.handle, required, spec.flags, &dbi), "mdb_dbi_open(\(required))")
         }
-        for name in names {
+        for spec in specs {
             var dbi: MDB_dbi = 0
-            try lmdb(mdb_dbi_open(txn.handle, name, flags, &dbi), "mdb_dbi_open(\(name))")
-            databases[name] = dbi
+            let code = mdb_dbi_open(txn.handle, spec.name, spec.flags | (create ? UInt32(MDB_CREATE) : 0), &dbi)
+            // An existing store of another format lacks some databases: the caller tells it from its metadata.
+            if code == MDB_NOTFOUND && !create { continue }
+            try lmdb(code, "mdb_dbi_open(\(spec.name))")
+            databases[spec.name] = dbi
         }
     }
 
     /// Opens the databases in a read transaction and commits it, which makes the handles the
     /// environment's: no write transaction, so no wait for a writer.
-    private func openDatabasesForReading(_ names: [String], required: String) throws {
+    private func openDatabasesForReading(_ specs: [(name: String, flags: UInt32)], required: String) throws {
         resizeLock.lockShared()
         defer { resizeLock.unlock() }
         let txn = try begin(flags: UInt32(MDB_RDONLY))
         do {
-            try openDatabases(names, in: txn, flags: 0, required: required)
+            try openDatabases(specs, in: txn, create: false, required: required)
         } catch {
             mdb_txn_abort(txn.handle)
             throw error
@@ -358,5 +376,85 @@ struct LMDBTransaction {
     static func bytes(_ value: MDB_val) -> [UInt8] {
         guard let data = value.mv_data, value.mv_size > 0 else { return [] }
         return Array(UnsafeRawBufferPointer(start: data, count: value.mv_size))
+    }
+}
+
+// MARK: Raw access: keys and values as buffers, no copies
+
+extension LMDBTransaction {
+    /// The value of `key` in `dbi`, pointing into the map: valid until the transaction ends or
+    /// writes to that database.
+    func get(_ dbi: MDB_dbi, _ key: UnsafeRawBufferPointer) throws(LMDBError) -> UnsafeRawBufferPointer? {
+        var keyVal = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+        var value = MDB_val()
+        let code = mdb_get(handle, dbi, &keyVal, &value)
+        if code == MDB_NOTFOUND { return nil }
+        try lmdb(code, "mdb_get")
+        return UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
+    }
+
+    /// Stores `value` under `key`; false when `flags` (`MDB_NOOVERWRITE`, `MDB_NODUPDATA`) refused
+    /// it because it was there.
+    @discardableResult
+    func put(_ dbi: MDB_dbi, _ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer, flags: Int32 = 0) throws(LMDBError) -> Bool {
+        var keyVal = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+        var valueVal = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
+        let code = mdb_put(handle, dbi, &keyVal, &valueVal, UInt32(flags))
+        if code == MDB_KEYEXIST { return false }
+        try lmdb(code, "mdb_put")
+        return true
+    }
+
+    /// Deletes `key` (with `value`: only that duplicate); false when absent.
+    @discardableResult
+    func delete(_ dbi: MDB_dbi, _ key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer? = nil) throws(LMDBError) -> Bool {
+        var keyVal = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+        var valueVal = MDB_val(mv_size: value?.count ?? 0, mv_data: UnsafeMutableRawPointer(mutating: value?.baseAddress))
+        let code = value == nil ? mdb_del(handle, dbi, &keyVal, nil) : mdb_del(handle, dbi, &keyVal, &valueVal)
+        if code == MDB_NOTFOUND { return false }
+        try lmdb(code, "mdb_del")
+        return true
+    }
+
+    /// Empties `dbi` (keeps the database).
+    func clear(_ dbi: MDB_dbi) throws(LMDBError) {
+        try lmdb(mdb_drop(handle, dbi, 0), "mdb_drop")
+    }
+
+    func cursor(_ dbi: MDB_dbi) throws(LMDBError) -> LMDBCursor {
+        var cursor: OpaquePointer?
+        try lmdb(mdb_cursor_open(handle, dbi, &cursor), "mdb_cursor_open")
+        guard let cursor else { throw LMDBError(code: EINVAL, operation: "mdb_cursor_open") }
+        return LMDBCursor(handle: cursor)
+    }
+
+    func statistics(_ dbi: MDB_dbi) throws(LMDBError) -> (entries: Int, bytes: Int) {
+        var stat = MDB_stat()
+        try lmdb(mdb_stat(handle, dbi, &stat), "mdb_stat")
+        let pages = stat.ms_branch_pages + stat.ms_leaf_pages + stat.ms_overflow_pages
+        return (stat.ms_entries, pages * Int(stat.ms_psize))
+    }
+}
+
+/// A cursor; close it before its transaction ends.
+struct LMDBCursor {
+    let handle: OpaquePointer
+
+    func close() { mdb_cursor_close(handle) }
+
+    /// Moves with `op`, positioning on `key` (and `value`) when the operation takes them; the entry
+    /// found, pointing into the map, or nil at the end (`MDB_NOTFOUND`).
+    func get(
+        _ op: MDB_cursor_op, key: UnsafeRawBufferPointer? = nil, value: UnsafeRawBufferPointer? = nil
+    ) throws(LMDBError) -> (key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)? {
+        var keyVal = MDB_val(mv_size: key?.count ?? 0, mv_data: UnsafeMutableRawPointer(mutating: key?.baseAddress))
+        var valueVal = MDB_val(mv_size: value?.count ?? 0, mv_data: UnsafeMutableRawPointer(mutating: value?.baseAddress))
+        let code = mdb_cursor_get(handle, &keyVal, &valueVal, op)
+        if code == MDB_NOTFOUND { return nil }
+        try lmdb(code, "mdb_cursor_get")
+        return (
+            UnsafeRawBufferPointer(start: keyVal.mv_data, count: keyVal.mv_size),
+            UnsafeRawBufferPointer(start: valueVal.mv_data, count: valueVal.mv_size)
+        )
     }
 }

@@ -10,9 +10,8 @@ public struct LedgerKeys: Sendable {
 
     private let lineageKey: [UInt8]
     private let transactionKey: [UInt8]
-    private let notificationKey: [UInt8]
-    private let eventKey: [UInt8]
-    let vaultKey: [UInt8]
+    private let commandKey: [UInt8]
+    private let vaultSecret: [UInt8]
     let sealKey: [UInt8]
     /// Stored in the metadata at creation: opening with another key file is refused.
     let checkValue: [UInt8]
@@ -21,37 +20,37 @@ public struct LedgerKeys: Sendable {
         func derive(_ label: String) throws -> [UInt8] { try Digest.hmacSHA256(key: secret, message: Array(label.utf8)) }
         lineageKey = try derive("lineage")
         transactionKey = try derive("transaction")
-        notificationKey = try derive("notification")
-        eventKey = try derive("event-id")
-        vaultKey = try derive("identity-vault")
+        commandKey = try derive("event-id")
+        vaultSecret = try derive("identity-vault")
         sealKey = try derive("identity-seal")
         checkValue = try derive("key-check")
     }
 
-    /// HMAC-SHA256 over `apple|<environment>|<originalTransactionId>`.
+    /// The lineage key of `apple|<environment>|<originalTransactionId>`.
     public func lineage(environment: String, originalTransactionId: String) throws -> LineageKey {
-        LineageKey(try digest(lineageKey, "apple|\(environment)|\(originalTransactionId)"))
+        LineageKey(try key128(lineageKey, "apple|\(environment)|\(originalTransactionId)"))
     }
 
     /// Keyed hash of an Apple `transactionId`.
-    public func transaction(environment: String, transactionId: String) throws -> Digest32 {
-        try digest(transactionKey, "apple|\(environment)|\(transactionId)")
+    public func transaction(environment: String, transactionId: String) throws -> Key128 {
+        try key128(transactionKey, "apple|\(environment)|\(transactionId)")
     }
 
-    /// Keyed hash of a `notificationUUID`.
-    public func notification(uuid: String) throws -> Digest32 { try digest(notificationKey, "apple|\(uuid)") }
+    /// The idempotency key of the command `descriptor` describes (a description of the submission,
+    /// which may contain identifiers: only its keyed hash is stored). The first 16 bytes of format 1's
+    /// id of the command's first event, so commands decided before an upgrade are recognised after it.
+    public func command(_ descriptor: String) throws -> Key128 { try key128(commandKey, "\(descriptor)#0") }
 
-    /// The id of event `index` of the batch identified by `batch` (a description of the submission
-    /// that caused it, which may contain identifiers: only its keyed hash is stored).
-    public func eventId(batch: String, index: Int) throws -> Digest32 {
-        try digest(eventKey, "\(batch)#\(index)")
-    }
+    /// The identity vault's lookup key of a UID.
+    public func vaultKey(uid: String) throws -> Key128 { try key128(vaultSecret, uid) }
 
-    private func digest(_ key: [UInt8], _ message: String) throws -> Digest32 {
-        guard let digest = Digest32(try Digest.hmacSHA256(key: key, message: Array(message.utf8))) else {
-            throw CryptoError("HMAC-SHA256", detail: "the digest is not 32 bytes")
+    /// The first 16 bytes of HMAC-SHA256(`key`, `message`): 128 bits under a secret key, so no one
+    /// without the key can aim for a collision, and the birthday bound is 2^64 identifiers.
+    private func key128(_ key: [UInt8], _ message: String) throws -> Key128 {
+        guard let key = Key128(prefixOf: try Digest.hmacSHA256(key: key, message: Array(message.utf8))) else {
+            throw CryptoError("HMAC-SHA256", detail: "the digest is shorter than 16 bytes")
         }
-        return digest
+        return key
     }
 
     // MARK: Key file

@@ -1,100 +1,83 @@
 import CLMDB
 public import Foundation
 public import LedgerCore
-import LedgerCrypto
-import Projections
+public import LedgerCrypto
+public import Projections
 
-/// An event to append: the store assigns its sequence number and hashes.
-public struct PendingEvent: Equatable, Sendable {
-    public var eventId: Digest32
-    public var recordedAt: Timestamp
-    public var event: LedgerEvent
-
-    public init(eventId: Digest32, recordedAt: Timestamp, event: LedgerEvent) {
-        self.eventId = eventId
-        self.recordedAt = recordedAt
-        self.event = event
-    }
-}
-
-/// What an append did.
-public struct AppendResult: Equatable, Sendable {
-    /// The sequence numbers of the batch's events (the original ones when nothing was appended).
-    public var sequences: [UInt64]
-    /// False when every event had been appended before with the same content.
-    public var appended: Bool
-}
-
-/// The append-only, hash-chained event log in one LMDB environment, with its indexes, persisted
-/// read models and identity vault. Safe to share between threads of one process (transactions are
-/// serialised) and between processes (LMDB's writer lock serialises appends).
+/// A ledger's store: the engine (LMDB in `data.mdb`) with the key files beside it, and what every
+/// engine shares above it: record encoding and hashing (``LogAppender``), the Merkle tree
+/// (``MerkleLog``), sealing identities, verification and repair. Safe to share between threads
+/// (reads run in parallel, writes are serialised by the engine) and between processes.
 public final class LedgerStore: @unchecked Sendable {
-    /// The highest store format this code reads and the one it writes.
-    public static let formatVersion: UInt32 = 1
-    static let databaseNames = [
-        Database.log, Database.eventIds, Database.lineages, Database.accounts, Database.meta, Database.readModels,
-        Database.identities, Database.submissions,
-    ]
-
-    enum Database {
-        static let log = "log"
-        static let eventIds = "event-ids"
-        static let lineages = "lineage-index"
-        static let accounts = "account-index"
-        static let meta = "meta"
-        static let readModels = "read-models"
-        static let identities = "identities"
-        static let submissions = "submissions"
-    }
-
-    enum Meta {
-        static let formatVersion = Array("format-version".utf8)
-        static let headSequence = Array("head-sequence".utf8)
-        static let headHash = Array("head-hash".utf8)
-        static let readModelVersion = Array("read-model-version".utf8)
-        static let configuration = Array("configuration".utf8)
-        static let keyCheck = Array("key-check".utf8)
-        /// SHA-256 of the raw Ed25519 public key of `ledger-signing.key` (see `SigningKey.swift`).
-        static let signingKey = Array("signing-key".utf8)
-    }
+    /// The storage format this code reads and writes (format 1 is upgraded, `ledger upgrade`).
+    public static let formatVersion: UInt32 = 2
 
     /// Suffix of the key files `create` writes before renaming them into place.
     static let partialSuffix = ".partial"
 
     public let directory: URL
     public let keys: LedgerKeys
-    let environment: LMDBEnvironment
+    public let engine: LMDBEngine
     /// `ledger.lock`, held shared while the store is open (exclusive during `create` and `compact`).
     let lock: StoreLock
 
-    /// Creates a new store in `directory` (created if needed): the key files, the LMDB environment
-    /// and the metadata. `configuration` is kept opaque in the metadata for the layer above.
+    /// Key material for ``create(at:configuration:keyFiles:)``: the contents of
+    /// `ledger.key` and `ledger-signing.key` to keep (an upgrade keeps the old store's keys).
+    public struct KeyFiles: Sendable {
+        public var ledgerKey: Data
+        public var signingKey: Data
+        public init(ledgerKey: Data, signingKey: Data) {
+            self.ledgerKey = ledgerKey
+            self.signingKey = signingKey
+        }
+    }
+
+    /// Creates a new store in `directory` (created if needed): the key files (new ones, or
+    /// `keyFiles`), the LMDB environment and the metadata. `configuration` is kept opaque in the
+    /// metadata for the layer above.
     ///
     /// The key files are written as `*.partial` and renamed into place only once the metadata
     /// transaction has committed, so an interrupted `create` leaves either a complete store or
     /// `.partial` files, which ``LedgerStoreError/incompleteInit(directory:detail:)`` reports (they
     /// are never deleted automatically).
-    public static func create(at directory: URL, configuration: [UInt8]) throws -> LedgerStore {
-        try create(at: directory, configuration: configuration, initialMapSize: LMDBEnvironment.defaultMapSize)
+    public static func create(at directory: URL, configuration: [UInt8], keyFiles: KeyFiles? = nil) throws -> LedgerStore {
+        try create(at: directory, configuration: configuration, keyFiles: keyFiles, initialMapSize: LMDBEnvironment.defaultMapSize)
     }
 
-    /// ``create(at:configuration:)`` with a map of `initialMapSize` bytes (tests grow small maps).
-    static func create(at directory: URL, configuration: [UInt8], initialMapSize: Int) throws -> LedgerStore {
+    /// ``create(at:configuration:keyFiles:)`` with a map of `initialMapSize` bytes (tests grow small maps).
+    static func create(at directory: URL, configuration: [UInt8], keyFiles: KeyFiles?, initialMapSize: Int) throws -> LedgerStore {
         try FileAccess.createDirectories(directory)
         let lock = try lockForCreating(directory)
         let keyFile = directory.appendingPathComponent(LedgerKeys.fileName)
         let signingKeyFile = directory.appendingPathComponent(SigningKey.fileName)
         let partialKeyFile = directory.appendingPathComponent(LedgerKeys.fileName + partialSuffix)
         let partialSigningKeyFile = directory.appendingPathComponent(SigningKey.fileName + partialSuffix)
-        let keys = try LedgerKeys.create(at: partialKeyFile)
-        let signingKey = try SigningKey.create(at: partialSigningKeyFile)
-        let store = try LedgerStore(directory: directory, keys: keys, lock: lock, initialMapSize: initialMapSize)
-        try store.environment.write { txn in
-            try txn.put(Database.meta, Meta.formatVersion, u32Bytes(formatVersion))
-            try txn.put(Database.meta, Meta.readModelVersion, u32Bytes(StateProjection.version))
-            try txn.put(Database.meta, Meta.configuration, configuration)
-            try txn.put(Database.meta, Meta.keyCheck, keys.checkValue)
-            try txn.put(Database.meta, Meta.signingKey, SigningKey.fingerprint(signingKey.publicKey))
+        let keys: LedgerKeys
+        let signingKey: Ed25519PrivateKey
+        if let keyFiles {
+            try writeNew(keyFiles.ledgerKey, to: partialKeyFile)
+            try writeNew(keyFiles.signingKey, to: partialSigningKeyFile)
+            keys = try LedgerKeys.load(from: partialKeyFile)
+            signingKey = try SigningKey.load(from: partialSigningKeyFile)
+        } else {
+            keys = try LedgerKeys.create(at: partialKeyFile)
+            signingKey = try SigningKey.create(at: partialSigningKeyFile)
+        }
+        let engine: LMDBEngine
+        do {
+            engine = try LMDBEngine(directory: directory, mode: .create, initialMapSize: initialMapSize)
+        } catch let error as LMDBError where error.code == EACCES || error.code == EPERM {
+            throw FileAccess.deniedEnvironment(in: directory, code: error.code)
+        }
+        let store = LedgerStore(directory: directory, keys: keys, lock: lock, engine: engine)
+        try engine.write { _, writer in
+            var batch = EngineBatch()
+            batch.meta = [
+                (.formatVersion, u32Bytes(formatVersion)), (.readModelVersion, u32Bytes(StateProjection.version)),
+                (.configuration, configuration), (.keyCheck, keys.checkValue), (.signingKey, try SigningKey.fingerprint(signingKey.publicKey)),
+            ]
+            batch.head = LogHead()
+            try writer.apply(batch)
         }
         for (partial, final) in [(partialKeyFile, keyFile), (partialSigningKeyFile, signingKeyFile)] {
             guard rename(partial.path, final.path) == 0 else {
@@ -105,6 +88,9 @@ public final class LedgerStore: @unchecked Sendable {
         try lock.downgrade(directory: directory)
         return store
     }
+
+    /// Writes `data` to a new file at `url`, mode 0600, synced.
+    private static func writeNew(_ data: Data, to url: URL) throws { try FileAccess.createKeyFile(url, contents: [UInt8](data)) }
 
     /// The exclusive lock `create` holds until the store is complete, so a concurrent init or compact
     /// is refused. Throws when `directory` already holds a store, complete or not.
@@ -137,8 +123,11 @@ public final class LedgerStore: @unchecked Sendable {
         let hasMetadata: Bool
         do {
             let environment = try LMDBEnvironment(
-                path: directory.path, databaseNames: databaseNames, mode: .open(required: Database.meta))
-            hasMetadata = try environment.read { txn in try txn.get(Database.meta, Meta.formatVersion) } != nil
+                path: directory.path, databases: LMDBEngine.specs, mode: .open(required: LMDBEngine.metaDatabase))
+            hasMetadata =
+                try environment.read { txn in
+                    try txn.get(LMDBEngine.metaDatabase, Array(MetaKey.formatVersion.rawValue.utf8))
+                } != nil
         } catch let error as LMDBError where error.isNotFound {
             throw notALedger
         } catch let error as LMDBError where error.code == EACCES || error.code == EPERM {
@@ -169,10 +158,11 @@ public final class LedgerStore: @unchecked Sendable {
             + " without data.mdb; if data.mdb was lost rather than never written, restore it from your backup instead"
     }
 
-    /// Opens an existing store. Refuses a missing or world-readable key file, a store written by a
-    /// newer format and the remains of an interrupted `create`; clears reader slots left by dead
-    /// processes; rebuilds read models persisted by another projection version. Holds `ledger.lock`
-    /// shared until the store is released (refused while `compact` holds it).
+    /// Opens an existing store. Refuses a missing or world-readable key file, a store of another
+    /// format (format 1: ``LedgerStoreError/formatOne(directory:)``, naming the upgrade command), a
+    /// truncated data file and the remains of an interrupted `create`; runs no write transaction
+    /// (unless the read models were persisted by another projection version: they are rebuilt).
+    /// Holds `ledger.lock` shared until the store is released (refused while `compact` holds it).
     public convenience init(opening directory: URL) throws {
         try self.init(opening: directory, lock: nil)
     }
@@ -182,46 +172,18 @@ public final class LedgerStore: @unchecked Sendable {
         if let detail = try Self.interruptedInit(in: directory) {
             throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
         }
-        guard try FileAccess.exists(directory.appendingPathComponent("data.mdb").path) else {
+        let dataFile = directory.appendingPathComponent("data.mdb").path
+        guard try FileAccess.exists(dataFile) else {
             throw LedgerStoreError.notInitialized(directory: directory.path)
         }
         let lock = try lock ?? StoreLock(directory: directory, mode: .shared, busy: .storeBusy(directory: directory.path))
         let keys = try LedgerKeys.load(from: directory.appendingPathComponent(LedgerKeys.fileName))
-        try self.init(directory: directory, keys: keys, lock: lock, existing: true)
-        let (format, modelVersion, keyCheck) = try environment.read { txn in
-            (
-                try txn.get(Database.meta, Meta.formatVersion).flatMap(u32), try txn.get(Database.meta, Meta.readModelVersion).flatMap(u32),
-                try txn.get(Database.meta, Meta.keyCheck)
-            )
-        }
-        guard let format else {
-            throw LedgerStoreError.incompleteInit(directory: directory.path, detail: Self.noMetadata)
-        }
-        guard format <= Self.formatVersion else {
-            throw LedgerStoreError.newerFormat(found: format, supported: Self.formatVersion)
-        }
-        guard keyCheck == keys.checkValue else {
-            throw LedgerStoreError.wrongKey(path: directory.appendingPathComponent(LedgerKeys.fileName).path)
-        }
-        if modelVersion != StateProjection.version {
-            _ = try rebuildReadModels(repair: true)
-        }
-    }
-
-    private init(
-        directory: URL, keys: LedgerKeys, lock: StoreLock, existing: Bool = false, initialMapSize: Int = LMDBEnvironment.defaultMapSize
-    ) throws {
-        self.directory = directory
-        self.keys = keys
-        self.lock = lock
-        let dataFile = directory.appendingPathComponent("data.mdb").path
-        if existing, try FileAccess.size(dataFile) == 0 {
+        if try FileAccess.size(dataFile) == 0 {
             throw LedgerStoreError.corrupt("\(dataFile) is empty: restore data.mdb from your backup")
         }
+        let engine: LMDBEngine
         do {
-            self.environment = try LMDBEnvironment(
-                path: directory.path, databaseNames: Self.databaseNames, mode: existing ? .open(required: Database.meta) : .create,
-                initialMapSize: initialMapSize)
+            engine = try LMDBEngine(directory: directory, mode: .open(required: LMDBEngine.metaDatabase))
         } catch let error as LMDBError where error.isNotFound {
             throw LedgerStoreError.corrupt(
                 "\(dataFile) holds no ledger metadata (another program's LMDB store, or a damaged file): left unchanged; restore data.mdb from your backup or choose another --store"
@@ -229,69 +191,85 @@ public final class LedgerStore: @unchecked Sendable {
         } catch let error as LMDBError where error.code == EACCES || error.code == EPERM {
             throw FileAccess.deniedEnvironment(in: directory, code: error.code)
         }
+        self.init(directory: directory, keys: keys, lock: lock, engine: engine)
+        let (format, modelVersion, keyCheck) = try engine.read { reader in
+            (try reader.meta(.formatVersion).flatMap(u32), try reader.meta(.readModelVersion).flatMap(u32), try reader.meta(.keyCheck))
+        }
+        guard let format else {
+            throw LedgerStoreError.incompleteInit(directory: directory.path, detail: Self.noMetadata)
+        }
+        guard format == Self.formatVersion else {
+            if format < Self.formatVersion { throw LedgerStoreError.formatOne(directory: directory.path) }
+            throw LedgerStoreError.newerFormat(found: format, supported: Self.formatVersion)
+        }
+        guard keyCheck == keys.checkValue else {
+            throw LedgerStoreError.wrongKey(path: directory.appendingPathComponent(LedgerKeys.fileName).path)
+        }
+        if modelVersion != StateProjection.version {
+            _ = try replay(repair: true)
+        }
     }
 
-    /// The configuration blob given to ``create(at:configuration:)``.
+    init(directory: URL, keys: LedgerKeys, lock: StoreLock, engine: LMDBEngine) {
+        self.directory = directory
+        self.keys = keys
+        self.lock = lock
+        self.engine = engine
+    }
+
+    /// The configuration blob given to ``create(at:configuration:keyFiles:)``.
     public func configuration() throws -> [UInt8] {
-        try environment.read { txn in try txn.get(Database.meta, Meta.configuration) ?? [] }
+        try engine.read { try $0.meta(.configuration) ?? [] }
     }
 
-    // MARK: Writing
+    // MARK: Reading and writing
 
-    /// Runs `body` in one write transaction: everything it appends, the read models it saves and
-    /// the identities it changes commit together or not at all. `body` may run more than once
-    /// (when the map grows) and must have no effects outside the session.
-    public func write<T>(_ body: (WriteSession) throws -> T) throws -> T {
-        try environment.write { txn in try body(WriteSession(txn: txn, keys: keys)) }
-    }
+    /// Runs `body` on a consistent snapshot (see ``LedgerEngine/read(_:)``).
+    public func read<T>(_ body: (any EngineReader) throws -> T) throws -> T { try engine.read(body) }
 
-    /// Appends `events` atomically (see ``WriteSession/append(_:expectedVersions:)``).
-    @discardableResult
-    public func append(_ events: [PendingEvent], expectedVersions: [LineageKey: UInt64] = [:]) throws -> AppendResult {
-        try write { session in try session.append(events, expectedVersions: expectedVersions) }
-    }
+    /// Runs one write group (see ``LedgerEngine/write(_:)``).
+    public func write<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T { try engine.write(body) }
 
-    // MARK: Reading
-
-    /// Runs `body` in a read transaction (a consistent snapshot).
-    public func read<T>(_ body: (ReadSession) throws -> T) throws -> T {
-        try environment.read { txn in try body(ReadSession(txn: txn, keys: keys)) }
-    }
-
-    /// The last sequence number and its hash.
-    public func head() throws -> (sequence: UInt64, hash: Digest32) { try read { try $0.head() } }
+    /// The log's head.
+    public func head() throws -> LogHead { try read { try $0.head() } }
 
     /// Decoded records from `from`, at most `limit`.
     public func records(from: UInt64 = 1, limit: Int = .max) throws -> [Record] {
         var out: [Record] = []
-        try read { session in
-            try session.forEachRecord(from: from) { record in
-                out.append(record)
+        guard limit > 0 else { return out }
+        try read { reader in
+            try reader.forEachRecord(from: from, through: .max) { sequence, bytes in
+                out.append(try RecordCodec.decode(bytes, sequence: sequence))
                 return out.count < limit
             }
         }
         return out
     }
-}
 
-func u32Bytes(_ value: UInt32) -> [UInt8] {
-    var w = ByteWriter()
-    w.u32(value)
-    return w.output
-}
+    // MARK: Identity vault
 
-func u64Bytes(_ value: UInt64) -> [UInt8] {
-    var w = ByteWriter()
-    w.u64(value)
-    return w.output
-}
+    /// The UID `account` was issued for, while the account lives.
+    public func uid(of account: AccountID, in reader: any EngineReader) throws -> String? {
+        try reader.sealedUID(of: account).map(uid(sealed:))
+    }
 
-func u32(_ bytes: [UInt8]) -> UInt32? {
-    var r = ByteReader(bytes)
-    return try? r.u32()
-}
+    /// The UID in a sealed vault entry.
+    public func uid(sealed: [UInt8]) throws -> String {
+        String(decoding: try SealedBox.open(sealed, key: keys.sealKey), as: UTF8.self)
+    }
 
-func u64(_ bytes: [UInt8]) -> UInt64? {
-    var r = ByteReader(bytes)
-    return try? r.u64()
+    /// The pseudonym of the live account `uid`, if any.
+    public func pseudonym(ofUID uid: String, in reader: any EngineReader) throws -> AccountID? {
+        let vaultKey = try keys.vaultKey(uid: uid)
+        return try reader.pseudonyms(vaultKeys: [vaultKey])[vaultKey]
+    }
+
+    /// A new random pseudonym for `uid`, with what the vault stores for it.
+    public func issuePseudonym(forUID uid: String) throws -> (account: AccountID, vaultKey: Key128, sealedUID: [UInt8]) {
+        guard let account = AccountID(try Digest.randomBytes(16)) else { throw LedgerStoreError.corrupt("pseudonym") }
+        return (account, try keys.vaultKey(uid: uid), try SealedBox.seal(Array(uid.utf8), key: keys.sealKey))
+    }
+
+    /// Entries and bytes per database.
+    public func statistics() throws -> [(name: String, entries: Int, bytes: Int)] { try read { try $0.statistics() } }
 }

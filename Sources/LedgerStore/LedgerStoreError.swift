@@ -21,10 +21,8 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
     case storeInUse(directory: String)
     /// Opening found the store held exclusively by `ledger compact` or `ledger init` in another process.
     case storeBusy(directory: String)
-    /// The same event id was appended before with different content.
-    case conflictingEvent(eventId: Digest32, sequence: UInt64)
-    /// The lineage changed since the caller decided.
-    case staleLineageVersion(lineage: LineageKey, expected: UInt64, actual: UInt64)
+    /// The store was written in storage format 1: it must be upgraded (`ledger upgrade`).
+    case formatOne(directory: String)
     case corrupt(String)
     /// A file or directory could not be used: `errno` says why (`EACCES`/`EPERM`: this user may not).
     /// Built by ``FileAccess/failure(_:_:_:)``, which names the directory that blocks the way when there is one.
@@ -40,7 +38,7 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
         case .missingSigningKey, .wrongSigningKey: "signing-key-file"
         case .incompleteInit: "incomplete-init"
         case .storeInUse, .storeBusy: "store-in-use"
-        case .conflictingEvent, .staleLineageVersion: "conflict"
+        case .formatOne: "old-format"
         case .corrupt: "corrupt"
         case .fileAccess(_, _, let code): code == EACCES || code == EPERM ? "permission-denied" : "file-access"
         }
@@ -72,10 +70,8 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
             "the store \(directory) is in use by another process: stop every process using it (servers, other ledger commands) and try again"
         case .storeBusy(let directory):
             "the store \(directory) is locked by another process that is compacting or creating it (ledger compact, ledger init): try again when it finishes"
-        case .conflictingEvent(let eventId, let sequence):
-            "event \(eventId.hex) was already appended at sequence \(sequence) with different content"
-        case .staleLineageVersion(let lineage, let expected, let actual):
-            "lineage \(lineage) is at version \(actual), not \(expected): another writer appended first; decide again"
+        case .formatOne(let directory):
+            "\(directory) holds a ledger in storage format 1, which this ledger no longer opens: run `ledger upgrade --from \(directory) --to NEW_DIRECTORY` (it copies the ledger into format 2 and leaves this store unchanged), then use the new store"
         case .corrupt(let message):
             "the store is corrupt: \(message)"
         case .fileAccess(let path, let operation, let code) where code == EACCES || code == EPERM:

@@ -2,110 +2,101 @@ public import LedgerCore
 import LedgerCrypto
 public import Projections
 
-/// The first record whose bytes, hash or link is wrong.
+/// The first place the log's bytes, hashes or order are wrong: one record, or the block of records
+/// whose Merkle node no longer matches them (a record's bytes changed in place: format 2 keeps no
+/// hash per record, so the change is located to the smallest stored subtree that covers it).
 public struct ChainFault: Equatable, Sendable, CustomStringConvertible {
+    /// The first record of the faulty range.
     public var sequence: UInt64
+    /// The last record of the range (the same as `sequence` for one record).
+    public var through: UInt64
     public var reason: String
-    public var description: String { "record \(sequence): \(reason)" }
+
+    public init(sequence: UInt64, through: UInt64, reason: String) {
+        self.sequence = sequence
+        self.through = through
+        self.reason = reason
+    }
+
+    public var description: String {
+        sequence == through ? "record \(sequence): \(reason)" : "records \(sequence) to \(through): \(reason)"
+    }
 }
 
 /// What one pass over the whole log found.
 public struct ReplayReport: Sendable {
-    /// Records whose hash and link verified before the first fault (all of them when intact).
+    /// Records checked before the first fault (all of them when intact).
     public var verifiedRecords: UInt64
+    /// Events in those records.
+    public var events: UInt64
     public var chainFault: ChainFault?
     public var violations: [InvariantViolation]
     /// Read-model entries that differ between the persisted models and a fresh replay.
     public var readModelDifferences: [String]
-    /// Entries of `event-ids`, `lineage-index` and `account-index` that differ from the ones the log
-    /// implies, and `submissions` entries that name no record (or, for a first attempt, the wrong one).
-    /// At most 100 lines, then one "… and N more".
+    /// Entries of the derived indexes (`commands`, `lineages`, `account-lineages`, `merkle`) that
+    /// differ from the ones the log implies. At most 100 lines, then one "… and N more".
     public var indexDifferences: [String]
-    /// The state a fresh replay produced.
-    public var state: LedgerState
+    /// Lineages and live accounts with bound lineages in the replayed state.
+    public var lineages: Int
+    public var accounts: Int
 
     public var isIntact: Bool {
         chainFault == nil && violations.isEmpty && readModelDifferences.isEmpty && indexDifferences.isEmpty
     }
 }
 
+/// At most ``limit`` lines, then one "… and N more".
+struct DifferenceList {
+    static let limit = 100
+    private var kept: [String] = []
+    private var more = 0
+
+    mutating func append(_ line: @autoclosure () -> String) {
+        if kept.count < Self.limit { kept.append(line()) } else { more += 1 }
+    }
+
+    var lines: [String] { more == 0 ? kept : kept + ["… and \(more) more"] }
+    var isEmpty: Bool { kept.isEmpty }
+}
+
+/// An order-independent keyed hash of a multiset of index entries: two sums of SipHash values
+/// under this process's random seed, and a count. The entries a log implies and the entries an
+/// index holds are summed in whatever order each is walked; equal sums mean equal multisets but
+/// for a chance of about 2^-128 (the seed is secret, so entries cannot be crafted to collide).
+struct MultisetHash: Equatable {
+    private(set) var count: UInt64 = 0
+    private var first: UInt64 = 0
+    private var second: UInt64 = 0
+
+    mutating func add(_ entry: IndexEntry) {
+        var a = Hasher()
+        a.combine(UInt8(0xA5))
+        a.combine(entry)
+        var b = Hasher()
+        b.combine(UInt8(0x5A))
+        b.combine(entry)
+        first &+= UInt64(bitPattern: Int64(a.finalize()))
+        second &+= UInt64(bitPattern: Int64(b.finalize()))
+        count += 1
+    }
+}
+
 extension LedgerStore {
-    /// Streams the whole log once: checks every record's structure, hash and link, runs the
-    /// invariant checker, folds the projections, collects the index entries the records imply, and
-    /// compares the projections with the persisted read models and the entries with the stored
-    /// indexes. With `repair`, replaces the persisted read models with the fresh ones and makes the
-    /// `event-ids`, `lineage-index` and `account-index` databases equal to the log's, in the same
-    /// write transaction (`submissions` cannot be derived from the log: it is only checked).
+    /// Streams the whole log once: every record's structure, order and time; the leaf and chain
+    /// hashes against the head, and the Merkle nodes against the stored ones (naming the block of
+    /// records whose bytes changed); the invariants; the fold, compared with the persisted read
+    /// models in key order; and the entries each record implies, compared with the stored indexes
+    /// through order-independent keyed hashes (an exact diagnosis runs only on a mismatch). With
+    /// `repair`, then makes the read models and the derived indexes equal to the log's.
     /// `progress` is called with (records done, total) every 10,000 records.
-    /// - Complexity: O(records + index entries); memory O(index entries).
     public func replay(repair: Bool = false, progress: ((UInt64, UInt64) -> Void)? = nil) throws -> ReplayReport {
-        let work = { (session: ReadSession) throws -> (ReplayReport, IndexCheck.Repairs) in
-            let total = try session.head().sequence
-            var checker = InvariantChecker(signatures: .libcrypto)
-            var indexes = IndexCheck(capacity: try session.txn.statistics(Database.log).entries)
-            var previousHash = Digest32.zero
-            var expected: UInt64 = 1
-            var fault: ChainFault?
-            try session.forEachStoredRecord { sequence, stored in
-                guard sequence == expected else {
-                    fault = ChainFault(sequence: expected, reason: "missing (next stored record is \(sequence))")
-                    return false
-                }
-                // Only a record that does not decode is a fault; a failing libcrypto is an error, thrown.
-                let record: Record
-                let body: ArraySlice<UInt8>
-                let hash: Digest32
-                do throws(RecordDecodingError) {
-                    record = try RecordCodec.decode(stored, sequence: sequence)
-                    (body, hash) = try RecordCodec.split(stored, sequence: sequence)
-                } catch {
-                    fault = ChainFault(sequence: sequence, reason: "\(error)")
-                    return false
-                }
-                guard record.previousHash == previousHash else {
-                    fault = ChainFault(sequence: sequence, reason: "link broken: previous hash does not match record \(sequence - 1)")
-                    return false
-                }
-                guard try Digest.sha256(previousHash.bytes, Array(body)) == hash.bytes else {
-                    fault = ChainFault(sequence: sequence, reason: "hash mismatch: the record's bytes were changed")
-                    return false
-                }
-                previousHash = hash
-                try checker.check(record)
-                indexes.add(record)
-                if sequence % 10_000 == 0 { progress?(sequence, total) }
-                expected += 1
-                return true
-            }
-            let head = try session.head()
-            if fault == nil, expected - 1 != head.sequence || previousHash != head.hash {
-                fault = ChainFault(sequence: expected, reason: "head metadata says \(head.sequence) records ending in \(head.hash.hex)")
-            }
-            progress?(expected - 1, total)
-            let fresh = ReadModel.entries(of: checker.state)
-            let persisted = try session.readModelEntries()
-            var differences: [String] = []
-            for key in Set(fresh.keys).union(persisted.keys).sorted(by: { $0.lexicographicallyPrecedes($1) })
-            where fresh[key] != persisted[key] {
-                differences.append(
-                    "\(ReadModel.describe(key)): " + (persisted[key] == nil ? "missing" : fresh[key] == nil ? "unexpected" : "differs"))
-            }
-            let (indexDifferences, repairs) = try indexes.compare(
-                with: session, verifiedThrough: expected - 1, chainBroken: fault != nil)
-            let report = ReplayReport(
-                verifiedRecords: expected - 1, chainFault: fault, violations: checker.violations,
-                readModelDifferences: differences, indexDifferences: indexDifferences, state: checker.state)
-            return (report, repairs)
+        for _ in 0..<3 {
+            let analysis = try read { reader in try Analysis.run(reader, progress: progress) }
+            guard repair, analysis.needsRepair else { return analysis.report }
+            if try analysis.repair(self) { return analysis.report }
+            // The log grew while repairing: analyse again from the new head.
         }
-        if repair {
-            return try write { session in
-                let (report, repairs) = try work(session.reader)
-                try session.replaceReadModels(with: ReadModel.entries(of: report.state))
-                try repairs.apply(to: session)
-                return report
-            }
-        }
-        return try read { try work($0).0 }
+        throw LedgerStoreError.corrupt("the log kept growing during rebuild: run it again when writes are quieter")
     }
 
     /// Recomputes the persisted read models and the indexes from the log alone.
@@ -114,303 +105,270 @@ extension LedgerStore {
     }
 }
 
-/// The index entries the log implies, exactly as ``WriteSession/append(_:expectedVersions:)`` writes
-/// them, collected record by record during replay, then sorted and merged with the stored databases
-/// (which LMDB keeps in the same order). Keys are packed into fixed-size words: no allocation per
-/// entry, and no hashing.
-struct IndexCheck {
-    /// The most difference lines a report lists before "… and N more".
-    static let reportLimit = 100
+/// One pass's findings and the repairs they call for.
+struct Analysis {
+    var report: ReplayReport
+    var head: LogHead
+    /// Indexes whose stored entries differ from the implied ones.
+    var damagedIndexes: [EngineIndex] = []
+    /// Read-model keys to rewrite or remove.
+    var readModelPuts: [([UInt8], [UInt8])] = []
+    var readModelRemovals: [[UInt8]] = []
+    var staleModelVersion = false
+    /// Case id → lineage, for the entries of case steps.
+    var caseLineages: [String: LineageKey] = [:]
 
-    typealias DB = LedgerStore.Database
+    var needsRepair: Bool { !damagedIndexes.isEmpty || !readModelPuts.isEmpty || !readModelRemovals.isEmpty || staleModelVersion }
 
-    /// Every record's event id and sequence.
-    private var eventIds: [(key: PackedKey, sequence: UInt64)] = []
-    /// lineage(32) ‖ u64 sequence.
-    private var lineageEntries: [PackedKey] = []
-    /// account(16) ‖ u64 sequence.
-    private var accountEntries: [PackedKey] = []
-
-    /// `capacity`: the number of records stored (LMDB's count, not the head metadata).
-    init(capacity: Int) {
-        eventIds.reserveCapacity(capacity)
-        lineageEntries.reserveCapacity(capacity)
-        accountEntries.reserveCapacity(capacity)
+    static func run(_ reader: any EngineReader, progress: ((UInt64, UInt64) -> Void)?) throws -> Analysis {
+        let head = try reader.head()
+        var walk = try ChainWalk(head: head)
+        var checker = InvariantChecker(signatures: .libcrypto)
+        var implied = [EngineIndex: MultisetHash]()
+        var events: UInt64 = 0
+        var lastRecordedAt: Timestamp = 0
+        try reader.forEachRecord(from: 1, through: head.sequence) { sequence, bytes in
+            guard try walk.add(sequence, bytes, reader: reader, node: { implied[.merkle, default: MultisetHash()].add($0) }) else { return false }
+            let record: Record
+            do throws(RecordDecodingError) {
+                record = try RecordCodec.decode(bytes, sequence: sequence)
+            } catch {
+                walk.stop(ChainFault(sequence: sequence, through: sequence, reason: error.reason))
+                return false
+            }
+            guard record.recordedAt >= lastRecordedAt else {
+                walk.stop(ChainFault(sequence: sequence, through: sequence, reason: "recorded before the record preceding it"))
+                return false
+            }
+            lastRecordedAt = record.recordedAt
+            try checker.check(record)
+            let transfers = checker.state.transfers
+            for entry in impliedEntries(of: record, caseLineage: { transfers[$0]?.request.plan.lineage }) {
+                implied[entry.index, default: MultisetHash()].add(reader.normalized(entry))
+            }
+            events += UInt64(record.events.count)
+            if sequence % 10_000 == 0 { progress?(sequence, head.sequence) }
+            return true
+        }
+        let fault = walk.finish()
+        progress?(walk.count, head.sequence)
+        let state = checker.state
+        var analysis = Analysis(
+            report: ReplayReport(
+                verifiedRecords: fault.map { $0.sequence - 1 } ?? head.sequence, events: events, chainFault: fault,
+                violations: checker.violations, readModelDifferences: [], indexDifferences: [], lineages: state.lineages.count,
+                accounts: state.accountLineages.count),
+            head: head)
+        analysis.caseLineages = state.transfers.mapValues { $0.request.plan.lineage }
+        analysis.staleModelVersion = try reader.meta(.readModelVersion).flatMap(u32) != StateProjection.version
+        try analysis.compareReadModels(state, reader)
+        try analysis.compareIndexes(implied, reader)
+        return analysis
     }
 
-    /// Adds the entries of one verified record.
-    mutating func add(_ record: Record) {
-        eventIds.append((PackedKey(record.eventId.bytes), record.sequence))
-        if let lineage = record.event.lineage {
-            lineageEntries.append(PackedKey(lineage.digest.bytes, sequence: record.sequence))
-        }
-        // The append indexes `Set(event.accounts)`: duplicates are dropped after sorting.
-        for account in record.event.accounts {
-            accountEntries.append(PackedKey(account.bytes, sequence: record.sequence))
-        }
-    }
+    // MARK: Read models
 
-    /// Writes that make the three derived indexes equal to the log's entries.
-    struct Repairs {
-        var puts: [(database: String, key: [UInt8], value: [UInt8])] = []
-        var deletions: [(database: String, key: [UInt8])] = []
-
-        func apply(to session: WriteSession) throws {
-            for (database, key) in deletions { try session.txn.delete(database, key) }
-            for (database, key, value) in puts { try session.txn.put(database, key, value) }
-        }
-    }
-
-    /// Compares the collected entries with the stored indexes and checks `submissions`. Records
-    /// after `last` were not collected: when the chain is broken, entries naming them are not judged
-    /// (nor repaired). Consumes the collected entries.
-    mutating func compare(
-        with session: ReadSession, verifiedThrough last: UInt64, chainBroken: Bool
-    ) throws -> (differences: [String], repairs: Repairs) {
-        let judged = { (sequence: UInt64) in !chainBroken || sequence <= last }
+    mutating func compareReadModels(_ state: LedgerState, _ reader: any EngineReader) throws {
+        let fresh = ReadModel.entries(of: state)
+        let keys = fresh.keys.sorted { $0.lexicographicallyPrecedes($1) }
         var differences = DifferenceList()
-        var repairs = Repairs()
-        var ids: [(key: PackedKey, sequence: UInt64)] = []
-        swap(&ids, &eventIds)
-        try Self.compareEventIds(&ids, with: session, judged: judged, into: &differences, repairs: &repairs)
-        var lineages: [PackedKey] = []
-        swap(&lineages, &lineageEntries)
-        try Self.compare(
-            &lineages, name: "lineage-index", database: DB.lineages, prefixLength: 32, label: "lineage", in: session,
-            judged: judged, into: &differences, repairs: &repairs)
-        lineages = []
-        var accounts: [PackedKey] = []
-        swap(&accounts, &accountEntries)
-        try Self.compare(
-            &accounts, name: "account-index", database: DB.accounts, prefixLength: 16, label: "account", in: session,
-            judged: judged, into: &differences, repairs: &repairs)
-        accounts = []
-        try Self.checkSubmissions(in: session, eventIds: ids, verifiedThrough: last, chainBroken: chainBroken, into: &differences)
-        return (differences.lines, repairs)
-    }
-
-    /// Sorts `ids` by event id, keeping the first record of an id several records share (the log
-    /// itself cannot be indexed then), and merges them with `event-ids`.
-    private static func compareEventIds(
-        _ ids: inout [(key: PackedKey, sequence: UInt64)], with session: ReadSession, judged: (UInt64) -> Bool,
-        into differences: inout DifferenceList, repairs: inout Repairs
-    ) throws {
-        ids.sort { ($0.key, $0.sequence) < ($1.key, $1.sequence) }
-        var kept = 0
-        for index in ids.indices {
-            if kept > 0, ids[kept - 1].key == ids[index].key {
-                differences.append(
-                    "event-ids: records \(ids[kept - 1].sequence) and \(ids[index].sequence) share event id \(ids[index].key.bytes(count: 32).hex)")
-            } else {
-                ids[kept] = ids[index]
-                kept += 1
-            }
-        }
-        ids.removeLast(ids.count - kept)
-        let sorted = ids
-        try merge(count: sorted.count, key: { sorted[$0].key }, database: DB.eventIds, keyLength: 32, in: session) { index, key, value in
-            let stored = value.count == 8 ? u64(value) : nil
-            guard let index else {
-                guard key.count == 32 else {
-                    differences.append("event-ids: unexpected entry with a \(key.count)-byte key")
-                    repairs.deletions.append((DB.eventIds, key))
-                    return
-                }
-                if stored.map(judged) ?? true {
-                    differences.append(
-                        "event-ids: unexpected entry \(key.hex) " + (stored.map { "pointing to record \($0)" } ?? "(not a sequence number)"))
-                    repairs.deletions.append((DB.eventIds, key))
-                }
-                return
-            }
-            let sequence = sorted[index].sequence
-            if stored != sequence {
-                differences.append(
-                    "event-ids: entry for record \(sequence) " + (stored.map { "points to \($0)" } ?? "is not a sequence number"))
-                repairs.puts.append((DB.eventIds, key, u64Bytes(sequence)))
-            }
-        } missing: { indexes in
-            for index in indexes.sorted(by: { sorted[$0].sequence < sorted[$1].sequence }) {
-                differences.append("event-ids: missing entry for record \(sorted[index].sequence)")
-                repairs.puts.append((DB.eventIds, sorted[index].key.bytes(count: 32), u64Bytes(sorted[index].sequence)))
-            }
-        }
-    }
-
-    /// Compares one "prefix ‖ u64 sequence → empty" index with the entries expected in it.
-    private static func compare(
-        _ expected: inout [PackedKey], name: String, database: String, prefixLength: Int, label: String, in session: ReadSession,
-        judged: (UInt64) -> Bool, into differences: inout DifferenceList, repairs: inout Repairs
-    ) throws {
-        expected.sort()
-        var kept = 0
-        for index in expected.indices where kept == 0 || expected[kept - 1] != expected[index] {
-            expected[kept] = expected[index]
-            kept += 1
-        }
-        expected.removeLast(expected.count - kept)
-        let sorted = expected
-        let sequenceWord = prefixLength / 8
-        try merge(count: sorted.count, key: { sorted[$0] }, database: database, keyLength: prefixLength + 8, in: session) {
-            index, key, value in
-            guard key.count == prefixLength + 8 else {
-                differences.append("\(name): unexpected entry with a \(key.count)-byte key")
-                repairs.deletions.append((database, key))
-                return
-            }
-            let sequence = PackedKey(key).word(sequenceWord)
-            if index != nil {
-                if !value.isEmpty {
-                    differences.append("\(name): entry for record \(sequence) has a \(value.count)-byte value")
-                    repairs.puts.append((database, key, []))
-                }
-            } else if judged(sequence) {
-                differences.append("\(name): unexpected entry for record \(sequence) (\(label) \(Array(key.prefix(prefixLength)).hex))")
-                repairs.deletions.append((database, key))
-            }
-        } missing: { indexes in
-            for index in indexes.sorted(by: { (sorted[$0].word(sequenceWord), sorted[$0]) < (sorted[$1].word(sequenceWord), sorted[$1]) }) {
-                let key = sorted[index].bytes(count: prefixLength + 8)
-                differences.append(
-                    "\(name): missing entry for record \(sorted[index].word(sequenceWord)) (\(label) \(Array(key.prefix(prefixLength)).hex))")
-                repairs.puts.append((database, key, []))
-            }
-        }
-    }
-
-    /// Walks `database` in key order beside `count` expected keys in the same order: `visit` gets
-    /// each stored entry with the index of its expected key (nil when unexpected or malformed: not
-    /// `keyLength` bytes), then `missing` the indexes of the expected keys not stored.
-    private static func merge(
-        count: Int, key expectedKey: (Int) -> PackedKey, database: String, keyLength: Int, in session: ReadSession,
-        visit: (_ index: Int?, _ key: [UInt8], _ value: [UInt8]) -> Void, missing: ([Int]) -> Void
-    ) throws {
         var next = 0
-        var absent: [Int] = []
-        try session.txn.scan(database, from: []) { key, value in
-            guard key.count == keyLength else {
-                visit(nil, key, value)
-                return true
-            }
-            let packed = PackedKey(key)
-            while next < count, expectedKey(next) < packed {
-                absent.append(next)
+        func missing(through key: [UInt8]?) {
+            while next < keys.count, key.map({ keys[next].lexicographicallyPrecedes($0) }) ?? true {
+                differences.append("\(ReadModel.describe(keys[next])): missing from the persisted read models")
+                readModelPuts.append((keys[next], fresh[keys[next]] ?? []))
                 next += 1
             }
-            if next < count, expectedKey(next) == packed {
-                visit(next, key, value)
+        }
+        try reader.forEachReadModel(from: []) { key, value in
+            missing(through: key)
+            if next < keys.count, keys[next] == key {
+                if fresh[key] != value {
+                    differences.append("\(ReadModel.describe(key)): persisted and replayed values differ")
+                    readModelPuts.append((key, fresh[key] ?? []))
+                }
                 next += 1
             } else {
-                visit(nil, key, value)
+                differences.append("\(ReadModel.describe(key)): persisted but not produced by a replay")
+                readModelRemovals.append(key)
             }
             return true
         }
-        absent.append(contentsOf: next..<count)
-        if !absent.isEmpty { missing(absent) }
+        missing(through: nil)
+        report.readModelDifferences = differences.lines
     }
 
-    /// Every `submissions` entry must name a record; a first attempt's must name the record whose
-    /// event id is the submission key (`docs/storage-format.md`). Not repairable from the log.
-    /// `eventIds` is sorted by event id.
-    private static func checkSubmissions(
-        in session: ReadSession, eventIds: [(key: PackedKey, sequence: UInt64)], verifiedThrough last: UInt64, chainBroken: Bool,
-        into differences: inout DifferenceList
-    ) throws {
-        func sequence(of eventId: PackedKey) -> UInt64? {
-            var low = 0
-            var high = eventIds.count
-            while low < high {
-                let middle = (low + high) / 2
-                if eventIds[middle].key < eventId { low = middle + 1 } else { high = middle }
-            }
-            return low < eventIds.count && eventIds[low].key == eventId ? eventIds[low].sequence : nil
-        }
-        try session.txn.scan(DB.submissions, from: []) { key, value in
-            guard key.count == 32, value.count == 12, let attempt = u32(Array(value.prefix(4))), let first = u64(Array(value.suffix(8)))
-            else {
-                differences.append("submissions: malformed entry (\(key.count)-byte key \(key.hex), \(value.count)-byte value)")
+    // MARK: Indexes
+
+    mutating func compareIndexes(_ implied: [EngineIndex: MultisetHash], _ reader: any EngineReader) throws {
+        var differences = DifferenceList()
+        for index in EngineIndex.allCases {
+            var stored = MultisetHash()
+            try reader.forEachEntry(of: index) { entry in
+                stored.add(entry)
                 return true
             }
-            if first >= 1, first <= last {
-                if attempt == 0, sequence(of: PackedKey(key)) != first {
-                    differences.append(
-                        "submissions: entry \(key.hex) (first attempt) points to record \(first), whose event id is not the submission key")
+            guard stored != implied[index, default: MultisetHash()] else { continue }
+            damagedIndexes.append(index)
+            try diagnose(index, reader, into: &differences)
+        }
+        report.indexDifferences = differences.lines
+    }
+
+    /// Lists the exact differences of a damaged index in bounded memory: every stored entry is
+    /// checked against the record it names, then every entry the log implies is looked up.
+    func diagnose(_ index: EngineIndex, _ reader: any EngineReader, into differences: inout DifferenceList) throws {
+        let judged = report.chainFault.map { $0.sequence - 1 } ?? head.sequence
+        try forEachUnexpected(index, reader, judged: judged) { entry in differences.append("\(index.rawValue): unexpected \(describe(entry))") }
+        try forEachMissing(index, reader, through: judged) { entry in differences.append("\(index.rawValue): missing \(describe(entry))") }
+    }
+
+    func describe(_ entry: IndexEntry) -> String {
+        switch entry {
+        case .command(let key, let sequence): "entry for record \(sequence) (command \(String(key.hex.prefix(16))))"
+        case .lineage(let lineage, let sequence): "entry for record \(sequence) (lineage \(lineage))"
+        case .accountLineage(let account, let lineage, let sequence): "entry for record \(sequence) (account \(account), lineage \(lineage))"
+        case .merkleNode(let level, let index, _):
+            "node of records \(index << UInt64(level) + 1) to \((index + 1) << UInt64(level))"
+        case .malformed(_, let key, let value): "malformed entry (\(key.count)-byte key \(key.hex), \(value.count)-byte value)"
+        }
+    }
+
+    /// The entries the records `from`…`through` imply for `index`, normalised as the engine stores them.
+    func implied(_ index: EngineIndex, _ reader: any EngineReader, from: UInt64, through: UInt64, _ body: (IndexEntry) throws -> Void) throws {
+        let hasher = try LogHasher()
+        var frontier: [Digest32] = []
+        if index == .merkle {
+            // Nodes need every leaf from the first record.
+            try reader.forEachRecord(from: 1, through: through) { sequence, bytes in
+                var nodes: [IndexEntry] = []
+                try MerkleLog.append(try hasher.leafHash(bytes), count: sequence - 1, frontier: &frontier, hasher: hasher) {
+                    nodes.append(.merkleNode(level: $0, index: $1, hash: $2))
                 }
-            } else if try !chainBroken || session.storedRecord(first) == nil {
-                differences.append("submissions: entry \(key.hex) points to record \(first), which does not exist")
+                for node in nodes { try body(node) }
+                return true
+            }
+            return
+        }
+        try reader.forEachRecord(from: from, through: through) { sequence, bytes in
+            let record = try RecordCodec.decode(bytes, sequence: sequence)
+            for entry in impliedEntries(of: record, caseLineage: { caseLineages[$0] }) where entry.index == index {
+                try body(reader.normalized(entry))
             }
             return true
         }
     }
-}
 
-/// At most ``IndexCheck/reportLimit`` lines, then one "… and N more".
-struct DifferenceList {
-    private var kept: [String] = []
-    private var more = 0
-
-    mutating func append(_ line: @autoclosure () -> String) {
-        if kept.count < IndexCheck.reportLimit { kept.append(line()) } else { more += 1 }
+    func forEachUnexpected(_ index: EngineIndex, _ reader: any EngineReader, judged: UInt64, _ body: (IndexEntry) throws -> Void) throws {
+        try reader.forEachEntry(of: index) { entry in
+            switch entry {
+            case .malformed:
+                try body(entry)
+            case .merkleNode(let level, let nodeIndex, let hash):
+                let size = UInt64(1) << UInt64(level)
+                let last = (nodeIndex + 1) * size
+                if level < MerkleLog.storedLevel || last > head.sequence {
+                    try body(entry)
+                } else if last <= judged, try recomputedNode(from: nodeIndex * size, through: last, reader) != hash {
+                    try body(entry)
+                }
+            default:
+                guard let sequence = entry.sequence, sequence <= judged else {
+                    if let sequence = entry.sequence, sequence > head.sequence { try body(entry) }
+                    return true
+                }
+                var matches = false
+                try implied(index, reader, from: sequence, through: sequence) { if $0 == entry { matches = true } }
+                if !matches { try body(entry) }
+            }
+            return true
+        }
     }
 
-    var lines: [String] { more == 0 ? kept : kept + ["… and \(more) more"] }
-}
+    /// The root of the perfect subtree of records `lo + 1`…`last`, from their bytes.
+    func recomputedNode(from lo: UInt64, through last: UInt64, _ reader: any EngineReader) throws -> Digest32 {
+        let hasher = try LogHasher()
+        var frontier: [Digest32] = []
+        var count: UInt64 = 0
+        try reader.forEachRecord(from: lo + 1, through: last) { _, bytes in
+            try MerkleLog.append(try hasher.leafHash(bytes), count: count, frontier: &frontier, hasher: hasher) { _, _, _ in }
+            count += 1
+            return true
+        }
+        return try MerkleLog.root(frontier: frontier, hasher: hasher)
+    }
 
-/// A key of at most 40 bytes, a multiple of 8, as big-endian words: equal and ordered as the bytes
-/// are, and a set member without a heap allocation of its own.
-struct PackedKey: Hashable, Comparable {
-    private var w0: UInt64 = 0
-    private var w1: UInt64 = 0
-    private var w2: UInt64 = 0
-    private var w3: UInt64 = 0
-    private var w4: UInt64 = 0
+    func forEachMissing(_ index: EngineIndex, _ reader: any EngineReader, through: UInt64, _ body: (IndexEntry) throws -> Void) throws {
+        try implied(index, reader, from: 1, through: through) { entry in
+            if try !reader.contains(entry) { try body(entry) }
+        }
+    }
 
-    init(_ bytes: [UInt8]) {
-        bytes.withUnsafeBytes { raw in
-            for index in 0..<min(raw.count / 8, 5) {
-                set(index, UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: index * 8, as: UInt64.self)))
+    // MARK: Repair
+
+    /// Applies the repairs in write groups of bounded size, each checking the log has not grown
+    /// since the analysis. False when it had (nothing further is changed: analyse again).
+    func repair(_ store: LedgerStore) throws -> Bool {
+        let chunk = 10_000
+        var pending: [(any EngineWriter) throws -> Void] = []
+        var size = 0
+        var grew = false
+        func flush() throws {
+            guard !pending.isEmpty, !grew else { return }
+            let operations = pending
+            grew = try store.write { reader, writer in
+                guard try reader.head() == head else { return true }
+                for operation in operations { try operation(writer) }
+                return false
+            }
+            pending = []
+            size = 0
+        }
+        func add(_ count: Int, _ operation: @escaping (any EngineWriter) throws -> Void) throws {
+            pending.append(operation)
+            size += count
+            if size >= chunk { try flush() }
+        }
+        for start in stride(from: 0, to: readModelRemovals.count, by: chunk) {
+            let keys = Array(readModelRemovals[start..<min(start + chunk, readModelRemovals.count)])
+            try add(keys.count) { try $0.removeReadModels(keys) }
+        }
+        for start in stride(from: 0, to: readModelPuts.count, by: chunk) {
+            let entries = Array(readModelPuts[start..<min(start + chunk, readModelPuts.count)])
+            try add(entries.count) { try $0.putReadModels(entries) }
+        }
+        let judged = report.chainFault.map { $0.sequence - 1 } ?? head.sequence
+        for index in damagedIndexes {
+            var removals: [IndexEntry] = []
+            try store.read { reader in try forEachUnexpected(index, reader, judged: judged) { removals.append($0) } }
+            for start in stride(from: 0, to: removals.count, by: chunk) {
+                let entries = Array(removals[start..<min(start + chunk, removals.count)])
+                try add(entries.count) { try $0.remove(entries) }
+            }
+            var batch = EngineBatch()
+            try store.read { reader in
+                try forEachMissing(index, reader, through: judged) { entry in
+                    batch.entries.append(entry)
+                    if batch.entries.count >= chunk {
+                        let full = batch
+                        try add(full.entries.count) { try $0.apply(full) }
+                        batch = EngineBatch()
+                    }
+                }
+            }
+            if !batch.entries.isEmpty {
+                let last = batch
+                try add(last.entries.count) { try $0.apply(last) }
             }
         }
-    }
-
-    /// `prefix` ‖ u64 big-endian `sequence`.
-    init(_ prefix: [UInt8], sequence: UInt64) {
-        self.init(prefix)
-        set(prefix.count / 8, sequence)
-    }
-
-    func word(_ index: Int) -> UInt64 {
-        switch index {
-        case 0: w0
-        case 1: w1
-        case 2: w2
-        case 3: w3
-        default: w4
+        if staleModelVersion {
+            var batch = EngineBatch()
+            batch.meta = [(.readModelVersion, u32Bytes(StateProjection.version))]
+            try add(1) { try $0.apply(batch) }
         }
+        try flush()
+        return !grew
     }
-
-    private mutating func set(_ index: Int, _ word: UInt64) {
-        switch index {
-        case 0: w0 = word
-        case 1: w1 = word
-        case 2: w2 = word
-        case 3: w3 = word
-        default: w4 = word
-        }
-    }
-
-    /// The first `count` bytes (a multiple of 8).
-    func bytes(count: Int) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(count)
-        for index in 0..<min(count / 8, 5) {
-            let word = word(index)
-            for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: word >> UInt64(shift))) }
-        }
-        return out
-    }
-
-    static func < (lhs: Self, rhs: Self) -> Bool { (lhs.w0, lhs.w1, lhs.w2, lhs.w3, lhs.w4) < (rhs.w0, rhs.w1, rhs.w2, rhs.w3, rhs.w4) }
 }
 
 extension InvariantChecker.SignatureChecks {

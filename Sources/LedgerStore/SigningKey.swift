@@ -44,7 +44,7 @@ extension LedgerStore {
     /// checkpoints nobody can check against the published public key. A store that recorded none
     /// (created before signing keys existed) adopts the file, or creates one, and records it.
     public func signingKey() throws -> Ed25519PrivateKey {
-        let recorded = try environment.read { txn in try txn.get(Database.meta, Meta.signingKey) }
+        let recorded = try read { try $0.meta(.signingKey) }
         if let recorded {
             guard try FileAccess.exists(signingKeyURL.path) else {
                 throw LedgerStoreError.missingSigningKey(path: signingKeyURL.path)
@@ -65,12 +65,14 @@ extension LedgerStore {
                 key = try SigningKey.load(from: signingKeyURL)
             }
         }
-        try environment.write { txn in
+        try write { reader, writer in
             // Another process may have recorded its key meanwhile: it must be this one.
-            if let recorded = try txn.get(Database.meta, Meta.signingKey) {
+            if let recorded = try reader.meta(.signingKey) {
                 try checkSigningKey(key, recorded: recorded)
             } else {
-                try txn.put(Database.meta, Meta.signingKey, try SigningKey.fingerprint(key.publicKey))
+                var batch = EngineBatch()
+                batch.meta = [(.signingKey, try SigningKey.fingerprint(key.publicKey))]
+                try writer.apply(batch)
             }
         }
         return key

@@ -10,7 +10,10 @@ import Projections
 /// checkpoint, and the signing public key. The whole file is canonical JSON (sorted keys, one line)
 /// and is itself signed, so any changed byte fails verification.
 public enum DisputeBundle {
-    public static let format = "ownership-ledger-dispute/v1"
+    /// Bundles of storage-format-2 records.
+    public static let format = "ownership-ledger-dispute/v2"
+    /// Bundles exported before an upgrade, of format-1 records: they keep verifying.
+    public static let formatOne = "ownership-ledger-dispute/v1"
 
     /// Why a bundle does not verify.
     public struct Failure: Error, CustomStringConvertible, Sendable {
@@ -25,7 +28,10 @@ public enum DisputeBundle {
         public var checkpointSize: UInt64
         public var lineage: LineageKey
         public var subject: [String: String]
+        /// The format-2 records shown in full.
         public var records: [Record]
+        /// For a bundle exported before an upgrade, its format-1 records shown in full.
+        public var formatOneRecords: [FormatOne.Record]
         public var timeline: [Forensics.Step]
         public var requestingAccount: AccountID?
         /// Records proven to exist (by leaf hash and inclusion proof) whose content was withheld.
@@ -41,13 +47,18 @@ public enum DisputeBundle {
         }
     }
 
+    /// Whether a record holds a private event.
+    public static func isPrivate(_ record: Record) -> Bool { record.events.contains(where: isPrivate) }
+
     /// Canonical JSON: sorted keys, no insignificant whitespace, slashes unescaped.
     static func canonical(_ object: Any) throws -> Data {
         try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
     }
 
+    /// The label before the canonical JSON the bundle signature covers: `…/v1` for format-1 bundles.
     static func signedBytes(_ body: [String: Any]) throws -> [UInt8] {
-        Array("ownership-ledger/dispute-bundle/v1\n".utf8) + Array(try canonical(body))
+        let label = body["format"] as? String == formatOne ? "ownership-ledger/dispute-bundle/v1\n" : "ownership-ledger/dispute-bundle/v2\n"
+        return Array(label.utf8) + Array(try canonical(body))
     }
 
     /// Verifies `data` offline against the trusted `publicKey` and returns what it proves. Throws
@@ -73,7 +84,8 @@ public enum DisputeBundle {
         guard try canonical(bundle) + Data("\n".utf8) == data else {
             throw Failure("the file is not in canonical form: it was edited after export")
         }
-        guard bundle["format"] as? String == format else { throw Failure("format is not \(format)") }
+        let version = bundle["format"] as? String
+        guard version == format || version == formatOne else { throw Failure("format is neither \(format) nor \(formatOne)") }
         guard let signatureText = bundle.removeValue(forKey: "bundleSignature") as? String,
             let signature = Data(base64Encoded: signatureText)
         else { throw Failure("bundleSignature is missing") }
@@ -97,13 +109,15 @@ public enum DisputeBundle {
         guard try publicKey.isValidSignature(Array(signature), for: try signedBytes(bundle)) else {
             throw Failure("the bundle signature does not verify")
         }
-        guard let lineageHex = bundle["lineage"] as? String, let digest = [UInt8](hex: lineageHex).flatMap(Digest32.init) else {
-            throw Failure("lineage is missing")
-        }
-        let lineage = LineageKey(digest)
+        // Format 1 wrote 32-byte lineage keys; the first 16 bytes are the key today.
+        guard let lineageHex = bundle["lineage"] as? String, let lineageBytes = [UInt8](hex: lineageHex),
+            lineageBytes.count == (version == formatOne ? 32 : 16), let key = Key128(prefixOf: lineageBytes)
+        else { throw Failure("lineage is missing") }
+        let lineage = LineageKey(key)
         guard let entries = bundle["records"] as? [[String: Any]] else { throw Failure("records are missing") }
         guard let treeSize = Int(exactly: checkpoint.size) else { throw Failure("checkpoint size \(checkpoint.size) is too large") }
         var records: [Record] = []
+        var formatOneRecords: [FormatOne.Record] = []
         var withheld: [UInt64] = []
         var lastSequence: UInt64 = 0
         for (position, entry) in entries.enumerated() {
@@ -128,29 +142,42 @@ public enum DisputeBundle {
             guard let storedText = entry["stored"] as? String, let stored = Data(base64Encoded: storedText).map(Array.init) else {
                 throw Failure("\(name): stored bytes missing")
             }
-            let record: Record
-            do {
-                record = try RecordCodec.decode(stored, sequence: seq)
-            } catch {
-                throw Failure("\(name): \(error)")
-            }
-            guard record.sequence == seq else { throw Failure("\(name): sequence \(seq) is not the record's own") }
-            let (body, hash) = try RecordCodec.split(stored, sequence: seq)
-            guard try Digest.sha256(record.previousHash.bytes, Array(body)) == hash.bytes else {
-                throw Failure("record \(seq): its hash does not match its bytes")
-            }
             guard
                 try MerkleTree.verifyInclusion(
-                    leafHash: MerkleTree.leafHash(stored), index: Int(seq - 1), treeSize: treeSize, proof: proof,
+                    leafHash: try MerkleTree.leafHash(stored), index: Int(seq - 1), treeSize: treeSize, proof: proof,
                     root: checkpoint.rootHash)
             else { throw Failure("record \(seq): the inclusion proof does not lead to the checkpoint's root") }
-            guard let decoded = entry["record"] as? [String: Any],
-                try canonical(decoded) == canonical(RecordJSON.render(record))
-            else { throw Failure("record \(seq): the decoded JSON does not match the stored bytes") }
-            guard Forensics.concerns(record.event, lineage: lineage) else {
-                throw Failure("record \(seq) belongs to another lineage")
+            let rendered: JSONObject
+            if version == formatOne {
+                let record: FormatOne.Record
+                do {
+                    record = try FormatOne.decode(stored, sequence: seq)
+                } catch {
+                    throw Failure("\(name): \(error)")
+                }
+                let (body, hash) = try FormatOne.split(stored, sequence: seq)
+                guard try Digest.sha256(record.previousHash.bytes, Array(body)) == hash.bytes else {
+                    throw Failure("record \(seq): its hash does not match its bytes")
+                }
+                guard Forensics.concerns(record.event, lineage: lineage) else { throw Failure("record \(seq) belongs to another lineage") }
+                rendered = RecordJSON.render(record)
+                formatOneRecords.append(record)
+            } else {
+                let record: Record
+                do {
+                    record = try RecordCodec.decode(stored, sequence: seq)
+                } catch {
+                    throw Failure("\(name): \(error)")
+                }
+                rendered = RecordJSON.render(record)
+                records.append(record)
             }
-            records.append(record)
+            guard let decoded = entry["record"] as? [String: Any], try canonical(decoded) == canonical(rendered) else {
+                throw Failure("record \(seq): the decoded JSON does not match the stored bytes")
+            }
+        }
+        for record in records where !concerns(record, lineage: lineage, visible: records, withheld: !withheld.isEmpty) {
+            throw Failure("record \(record.sequence) belongs to another lineage")
         }
         var requesting: AccountID?
         if let requester = bundle["requestingAccount"] as? [String: Any] {
@@ -159,10 +186,48 @@ public enum DisputeBundle {
             }
             requesting = account
         }
+        // Format-1 records are one event each: grouped into the commands that made them, for the timeline.
+        let batches = FormatOne.batches(formatOneRecords)
+        let grouped = batches.map { batch in
+            Record(
+                sequence: batch[0].sequence, recordedAt: batch[0].recordedAt, at: batch[0].recordedAt, command: .zero, attempt: 0,
+                events: batch.map(\.event))
+        }
+        let timeline =
+            version == formatOne
+            ? Forensics.timeline(of: grouped, lineage: lineage, eventSequences: batches.map { $0.map(\.sequence) })
+            : Forensics.timeline(of: records, lineage: lineage)
         return Verified(
-            origin: origin, checkpointSize: checkpoint.size, lineage: lineage,
-            subject: (bundle["subject"] as? [String: String]) ?? [:], records: records,
-            timeline: Forensics.timeline(of: records, lineage: lineage), requestingAccount: requesting, withheld: withheld)
+            origin: origin, checkpointSize: checkpoint.size, lineage: lineage, subject: (bundle["subject"] as? [String: String]) ?? [:],
+            records: records, formatOneRecords: formatOneRecords, timeline: timeline, requestingAccount: requesting, withheld: withheld)
+    }
+
+    /// Whether a format-2 record belongs to `lineage`'s history: it names the lineage, or it is a step
+    /// of a transfer case (an approval or refusal, which name only the case) that a request or apply
+    /// among `visible` (the bundle's records shown in full) ties to the lineage; with records withheld
+    /// (the request itself may be one), a case step cannot be tied and is accepted as the exporter says.
+    static func concerns(_ record: Record, lineage: LineageKey, visible: [Record], withheld: Bool) -> Bool {
+        if record.lineages.contains(lineage) { return true }
+        let caseIds = record.events.compactMap { event -> String? in
+            switch event {
+            case .transferApproved(let e): e.caseId
+            case .transferRefused(let e): e.caseId
+            default: nil
+            }
+        }
+        guard caseIds.count == record.events.count else { return false }
+        return withheld
+            || caseIds.allSatisfy { caseId in
+                visible.contains { other in
+                    other.events.contains {
+                        switch $0 {
+                        case .transferRequested(let r): r.plan.caseId == caseId && r.plan.lineage == lineage
+                        case .transferApplied(let a): a.caseId == caseId && a.lineage == lineage
+                        default: false
+                        }
+                    }
+                }
+            }
     }
 }
 
@@ -175,35 +240,39 @@ extension Ledger {
     public func exportDispute(
         originalTransactionId: String, environment: AppleEnvironment? = nil, requestingUID: String? = nil, withholdPrivate: Bool = false
     ) throws -> Data {
-        let (text, checkpoint, leaves) = try makeCheckpoint()
         let key = try signingKey()
-        let (lineage, records) = try lineageRecords(originalTransactionId: originalTransactionId, environment: environment)
-        let entries: [[String: Any]] = try records.filter { $0.record.sequence <= checkpoint.size }.map { entry in
-            let index = Int(entry.record.sequence - 1)
-            let proof = try MerkleTree.inclusionProof(index: index, leafHashes: leaves).map { Data($0).base64EncodedString() }
-            if withholdPrivate && DisputeBundle.isPrivate(entry.record.event) {
+        let lineage = try lineage(originalTransactionId: originalTransactionId, environment: environment)
+        let hasher = try LogHasher()
+        // One snapshot: the checkpoint, the records and their proofs all describe the same log.
+        let (text, entries, requesting) = try store.read { reader -> (String, [[String: Any]], AccountID?) in
+            let (text, checkpoint) = try self.checkpoint(of: reader, key: key)
+            let entries: [[String: Any]] = try Forensics.lineageRecords(lineage, in: reader).map { entry in
+                let sequence = entry.record.sequence
+                let proof = try MerkleLog.inclusionProof(of: sequence, size: checkpoint.size, reader: reader, hasher: hasher)
+                    .map { Data($0).base64EncodedString() }
+                if withholdPrivate && DisputeBundle.isPrivate(entry.record) {
+                    return [
+                        "seq": sequence, "withheld": entry.record.events.map(\.name).joined(separator: ","),
+                        "leafHash": Data(try hasher.leafHash(entry.stored).bytes).base64EncodedString(), "inclusionProof": proof,
+                    ]
+                }
                 return [
-                    "seq": entry.record.sequence, "withheld": entry.record.event.name,
-                    "leafHash": Data(leaves[index]).base64EncodedString(), "inclusionProof": proof,
+                    "seq": sequence, "stored": Data(entry.stored).base64EncodedString(), "record": RecordJSON.render(entry.record),
+                    "inclusionProof": proof,
                 ]
             }
-            return [
-                "seq": entry.record.sequence, "stored": Data(entry.stored).base64EncodedString(),
-                "record": RecordJSON.render(entry.record), "inclusionProof": proof,
-            ]
+            return (text, entries, try requestingUID.flatMap { try store.pseudonym(ofUID: $0, in: reader) })
         }
         var bundle: [String: Any] = [
             "format": DisputeBundle.format, "lineage": lineage.description, "checkpoint": text, "publicKey": key.publicKey.pem,
             "subject": [
                 "originalTransactionId": originalTransactionId, "environment": (environment ?? configuration.environment).rawValue,
             ],
-            "exportedAt": LedgerTime.format(LedgerTime.now()), "records": entries,
+            "exportedAt": LedgerTime.format(clock()), "records": entries,
         ]
         if let requestingUID {
-            guard let account = try store.read({ try $0.pseudonym(ofUID: requestingUID) }) else {
-                throw DisputeBundle.Failure("no live account has the UID \(requestingUID)")
-            }
-            bundle["requestingAccount"] = ["uid": requestingUID, "account": account.description]
+            guard let requesting else { throw DisputeBundle.Failure("no live account has the UID \(requestingUID)") }
+            bundle["requestingAccount"] = ["uid": requestingUID, "account": requesting.description]
         }
         let signature = try key.sign(try DisputeBundle.signedBytes(bundle))
         bundle["bundleSignature"] = Data(signature).base64EncodedString()

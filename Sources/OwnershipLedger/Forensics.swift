@@ -8,37 +8,41 @@ import Projections
 /// Forensic replay: a lineage's history step by step, and why an account is or is not entitled.
 /// Everything here is computed from the records alone (the persisted read models are not read), so
 /// the same functions serve the live store and an offline dispute bundle.
+///
+/// Every point in time means one thing: what the ledger knew then, that is the records recorded
+/// (by the ledger's clock) at or before it. `recordedAt` never goes backwards, so that is a prefix of
+/// the log, found by binary search; entitlements are then judged active or not at that time.
 public enum Forensics {
-    /// Where a replay stops: after a sequence number, or after a time (inclusive).
+    /// Where a replay stops: after a sequence number, or after a time (inclusive, on `recordedAt`).
     public enum Limit: Equatable, Sendable {
         case sequence(UInt64)
         case time(Timestamp)
 
-        /// The records this limit keeps: a prefix (for a time, through the last record recorded at or
-        /// before it, so out-of-order times never yield a state that did not exist).
-        func prefix(of records: [(record: Record, stored: [UInt8])]) -> [(record: Record, stored: [UInt8])] {
+        /// The last sequence this limit keeps.
+        func cut(_ reader: any EngineReader) throws -> UInt64 {
             switch self {
-            case .sequence(let last): return records.filter { $0.record.sequence <= last }
-            case .time(let time):
-                let kept = records.map(\.record).prefix(throughRecordedAt: time).count
-                return Array(records.prefix(kept))
+            case .sequence(let last): last
+            case .time(let time): try reader.lastSequence(recordedAtOrBefore: time)
             }
         }
     }
 
-    /// One step of a lineage's history: a submission's batch (its fact, the effects on this lineage,
-    /// its decision) and the lineage's state after it.
+    /// One step of a lineage's history: a record (a submission's fact, effects on this lineage and
+    /// decision; or a support step) and the lineage's state after it.
     public struct Step: Sendable {
-        /// The sequence numbers of the step's records that concern the lineage, in order.
+        /// The sequence numbers of the step (one record; several for a format-1 batch).
         public var sequences: [UInt64]
+        /// When the ledger recorded it.
         public var recordedAt: Timestamp
+        /// The business time of the attempt (what the decision judged expiry by).
+        public var at: Timestamp
         /// The name of the first event (`transaction-submitted`, `account-deletion-requested`, …).
         public var event: String
         /// What happened, in words.
         public var what: String
         /// The decision recorded, when the step has one.
         public var decision: DecisionReason?
-        /// The sequence number of the decision record.
+        /// The sequence number of the decision.
         public var decisionSequence: UInt64?
         /// Why the ledger decided as it did, in words, citing earlier sequence numbers.
         public var why: String
@@ -46,109 +50,57 @@ public enum Forensics {
         public var effects: [String]
         /// The lineage's state after the step.
         public var state: LineageState
-        /// Whether the entitlement was active at the step's time.
+        /// Whether the entitlement was active at the step's business time.
         public var entitledAfter: Bool
 
         public var firstSequence: UInt64 { sequences.first ?? 0 }
     }
 
-    /// Is `event` decided by the ledger within a batch (as opposed to the fact that starts a batch)?
+    /// Is `event` decided by the ledger (as opposed to the fact that starts a record)?
     static func isEffect(_ event: LedgerEvent) -> Bool {
         switch event {
         case .lineageBound, .entitlementGranted, .entitlementEnded, .entitlementRevoked, .entitlementReinstated,
             .lineageTombstoned, .accountDeleted, .decisionIssued:
             true
         case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .staffEnrolled, .staffRemoved,
-            .transferRequested, .transferApproved, .transferApplied, .transferRefused:
+            .transferRequested, .transferApproved, .transferApplied, .transferRefused, .storeUpgraded:
             false
         }
     }
 
-    /// Whether `event` may appear in `lineage`'s history: it names the lineage, or names no lineage
-    /// (a deletion's fact, the account deletion and its decision).
+    /// Whether `event` may appear in `lineage`'s history: it names the lineage, or names no lineage.
     static func concerns(_ event: LedgerEvent, lineage: LineageKey) -> Bool {
         event.lineage == nil || event.lineage == lineage
     }
 
-    /// The records of `lineage`'s history, in order: every record the lineage index lists, plus, for
-    /// a deletion that tombstoned the lineage, the deletion's fact, `accountDeleted` and decision
-    /// (which name the account, not the lineage). Effects of the same deletion on the account's other
-    /// lineages are left out.
-    /// - Complexity: O(events in the lineage + records of the deletions that touched it).
+    /// The records of `lineage`'s history through `limit`, in order: every record the lineage index
+    /// lists (each names the lineage, or is a step of a transfer case of it), with its stored bytes.
+    ///
+    /// The lineage's records through the head are replayed and compared with its persisted state
+    /// first: a mismatch means a damaged index, refused rather than told (or signed).
+    /// - Complexity: O(log n + records of the lineage).
     public static func lineageRecords(
-        _ lineage: LineageKey, in session: ReadSession, until limit: Limit? = nil
+        _ lineage: LineageKey, in reader: any EngineReader, until limit: Limit? = nil
     ) throws -> [(record: Record, stored: [UInt8])] {
-        var wanted = Set<UInt64>()
-        // Decoded records already read (records of other lineages are dropped after a case scan).
-        var loaded: [UInt64: (record: Record, stored: [UInt8])] = [:]
-        func load(_ sequence: UInt64) throws -> (record: Record, stored: [UInt8])? {
-            if let entry = loaded[sequence] { return entry }
-            guard let stored = try session.storedRecord(sequence) else { return nil }
-            let entry = (record: try RecordCodec.decode(stored, sequence: sequence), stored: stored)
-            loaded[sequence] = entry
-            return entry
-        }
-        // A transfer's approval and refusals name the case, not the lineage: look for them between the
-        // request and the case's application (or the head while the case is open).
-        func addCaseSteps(_ caseId: String, after request: UInt64) throws {
-            var sequence = request + 1
-            while let entry = try load(sequence) {
-                switch entry.record.event {
-                case .transferApproved(let e) where e.caseId == caseId: wanted.insert(sequence)
-                case .transferRefused(let e) where e.caseId == caseId: wanted.insert(sequence)
-                case .transferApplied(let e) where e.caseId == caseId: return
-                default: loaded[sequence] = nil
-                }
-                sequence += 1
-            }
-        }
-        func isDeletionEffect(_ event: LedgerEvent) -> Bool {
-            switch event {
-            case .lineageTombstoned, .entitlementEnded(_, _, .accountDeleted): true
-            default: false
-            }
-        }
-        let indexedSequences = try session.sequences(ofLineage: lineage)
-        for indexed in indexedSequences where indexed > 0 {
-            wanted.insert(indexed)
-            if case .transferRequested(let request)? = try load(indexed)?.record.event {
-                try addCaseSteps(request.plan.caseId, after: indexed)
-            }
-            guard case .lineageTombstoned(_, let former)? = try load(indexed)?.record.event else { continue }
-            var back = indexed - 1
-            while back >= 1, let entry = try load(back) {
-                if case .accountDeletionRequested(let account) = entry.record.event, account == former { wanted.insert(back) }
-                guard isDeletionEffect(entry.record.event) else { break }
-                back -= 1
-            }
-            var forward = indexed + 1
-            scan: while let entry = try load(forward) {
-                switch entry.record.event {
-                case .lineageTombstoned, .entitlementEnded(_, _, .accountDeleted): break
-                case .accountDeleted(let account): if account == former { wanted.insert(forward) }
-                case .decisionIssued(let d):
-                    if d.account == former && d.lineage == nil { wanted.insert(forward) }
-                    break scan
-                default: break scan
-                }
-                forward += 1
-            }
-        }
+        let head = try reader.head().sequence
         var out: [(record: Record, stored: [UInt8])] = []
-        for sequence in wanted.sorted() {
-            guard let entry = try load(sequence) else { continue }
-            out.append(entry)
+        for sequence in try reader.sequences(ofLineage: lineage, through: head) {
+            guard let stored = try reader.record(sequence) else { throw LedgerStoreError.corrupt("record \(sequence) is missing from the log") }
+            out.append((try RecordCodec.decode(stored, sequence: sequence), stored))
         }
-        // The lineage index chose these records: every event that changes the lineage's binding or
-        // entitlement is indexed under it, so replaying them must give the persisted state. A
-        // mismatch means a damaged index; refuse rather than tell (or sign) a wrong history.
-        let replayed = StateProjection.fold(out.map(\.record.event)).lineage(lineage)
-        guard replayed == (try session.loadState(lineages: [lineage]).lineage(lineage)) else {
+        var replayed = LedgerState()
+        for entry in out {
+            for event in entry.record.events where concerns(event, lineage: lineage) { StateProjection.evolve(&replayed, event) }
+        }
+        let persisted = try reader.lineageStates([lineage])[lineage] ?? LineageState()
+        guard replayed.lineage(lineage) == persisted else {
             throw LedgerStoreError.corrupt(
                 "the lineage index disagrees with the persisted state of lineage \(lineage): run `ledger verify`, then `ledger rebuild` to repair the indexes"
             )
         }
-        return limit?.prefix(of: out) ?? out
+        guard let limit else { return out }
+        let cut = try limit.cut(reader)
+        return out.filter { $0.record.sequence <= cut }
     }
 
     // MARK: Timeline
@@ -171,8 +123,12 @@ public enum Forensics {
         var current: LineageState { state.lineage(lineage) }
 
         mutating func apply(_ record: Record) {
-            let seq = record.sequence
-            switch record.event {
+            for event in record.events { apply(event, sequence: record.sequence) }
+        }
+
+        mutating func apply(_ event: LedgerEvent, sequence seq: UInt64) {
+            guard concerns(event, lineage: lineage) else { return }
+            switch event {
             case .lineageBound: boundAt = seq
             case .entitlementGranted:
                 grantedAt = seq
@@ -192,69 +148,48 @@ public enum Forensics {
             case .decisionIssued(let d): decisions.append((seq, d))
             default: break
             }
-            if record.event.lineage == nil || record.event.lineage == lineage {
-                StateProjection.evolve(&state, record.event)
-            }
+            StateProjection.evolve(&state, event)
         }
     }
 
     /// The timeline of `records` (a lineage's records in order, as ``lineageRecords(_:in:until:)``
-    /// gives them): one step per batch, with the state after each.
-    public static func timeline(of records: [Record], lineage: LineageKey) -> [Step] {
+    /// gives them): one step per record, with the state after each. `eventSequences` gives, for a
+    /// record that stands for a format-1 batch, the sequence number of each of its events.
+    public static func timeline(of records: [Record], lineage: LineageKey, eventSequences: [[UInt64]]? = nil) -> [Step] {
         var history = History(lineage: lineage)
         var steps: [Step] = []
-        var index = 0
-        while index < records.count {
-            var batch = [records[index]]
-            index += 1
-            while index < records.count, joins(records[index], batch) {
-                batch.append(records[index])
-                index += 1
-            }
+        for (position, record) in records.enumerated() {
+            let sequences = eventSequences?[position] ?? Array(repeating: record.sequence, count: record.events.count)
             let before = history
-            for record in batch { history.apply(record) }
-            steps.append(step(batch, before: before, after: history))
+            for (event, sequence) in zip(record.events, sequences) { history.apply(event, sequence: sequence) }
+            steps.append(step(record, sequences: sequences, lineage: lineage, before: before, after: history))
         }
         return steps
     }
 
-    /// Whether `record` belongs to the step `batch` has started: an effect or decision recorded at the
-    /// same time, before the step's decision. A transfer's rebinding joins the ending it follows.
-    static func joins(_ record: Record, _ batch: [Record]) -> Bool {
-        guard let last = batch.last, last.recordedAt == record.recordedAt, !isDecision(last.event) else { return false }
-        switch record.event {
-        case .transferApplied:
-            if case .entitlementEnded(_, _, .transferred) = last.event { return true }
-            return false
-        case .entitlementEnded(_, _, .transferred): return false
-        default: return isEffect(record.event)
-        }
-    }
-
-    static func isDecision(_ event: LedgerEvent) -> Bool {
-        if case .decisionIssued = event { return true }
-        return false
-    }
-
-    static func step(_ batch: [Record], before: History, after: History) -> Step {
-        let first = batch.first { if case .transferApplied = $0.event { return true } else { return false } } ?? batch[0]
+    static func step(_ record: Record, sequences: [UInt64], lineage: LineageKey, before: History, after: History) -> Step {
+        let events = Array(zip(record.events, sequences))
+        let first = events.first { if case .transferApplied = $0.0 { return true } else { return false } } ?? events[0]
         var decision: DecisionIssued?
         var decisionSequence: UInt64?
         var effects: [String] = []
-        for record in batch where record.sequence != first.sequence {
-            if case .decisionIssued(let d) = record.event {
+        let firstOffset = events.firstIndex { $0.0 == first.0 && $0.1 == first.1 } ?? 0
+        for (offset, (event, sequence)) in events.enumerated() where offset != firstOffset && concerns(event, lineage: lineage) {
+            if case .decisionIssued(let d) = event {
                 decision = d
-                decisionSequence = record.sequence
+                decisionSequence = sequence
             } else {
-                effects.append("\(record.event.name)@\(record.sequence)")
+                effects.append("\(event.name)@\(sequence)")
             }
         }
         let state = after.current
+        var unique: [UInt64] = []
+        for sequence in sequences where unique.last != sequence { unique.append(sequence) }
         return Step(
-            sequences: batch.map(\.sequence), recordedAt: first.recordedAt, event: first.event.name, what: describe(first.event),
+            sequences: unique, recordedAt: record.recordedAt, at: record.at, event: first.0.name, what: describe(first.0),
             decision: decision?.reason, decisionSequence: decisionSequence,
-            why: why(first.event, decision: decision, before: before, after: after), effects: effects, state: state,
-            entitledAfter: state.activeEntitlement(at: first.recordedAt) != nil)
+            why: why(first.0, decision: decision, before: before, after: after), effects: effects, state: state,
+            entitledAfter: state.activeEntitlement(at: record.at) != nil)
     }
 
     static func short(_ account: AccountID) -> String { "account \(account.description.prefix(8))…" }
@@ -351,10 +286,10 @@ public enum Forensics {
     }
 
     /// Explains whether `account` (nil: no live account has the UID asked about) is entitled to the
-    /// lineage of `records` at `time`.
+    /// lineage at `time`, given the lineage's records the ledger knew at `time` (recorded at or before it).
     public static func explain(records: [Record], lineage: LineageKey, account: AccountID?, at time: Timestamp) -> Explanation {
         var history = History(lineage: lineage)
-        for record in records.prefix(throughRecordedAt: time) { history.apply(record) }
+        for record in records { history.apply(record) }
         let state = history.current
         let when = LedgerTime.format(time)
         func result(_ verdict: Explanation.Verdict, _ text: String, _ cited: [UInt64?], entitled: Bool = false) -> Explanation {
@@ -363,7 +298,7 @@ public enum Forensics {
         let attempts = history.decisions.filter { $0.decision.account == account && account != nil && $0.decision.reason.outcome == .denied }
         let denials =
             attempts.isEmpty ? "" : " This account's attempts were denied at seq \(attempts.map { String($0.sequence) }.joined(separator: ", "))."
-        if records.allSatisfy({ $0.recordedAt > time }) {
+        if records.isEmpty {
             return result(.neverSeen, "The ledger has no record of this subscription lineage up to \(when): it was never submitted.", [])
         }
         let noAccount =
@@ -451,7 +386,7 @@ extension Ledger {
         return (key, try store.read { try Forensics.lineageRecords(key, in: $0, until: limit) })
     }
 
-    /// The timeline of one lineage, optionally only up to a sequence number or time.
+    /// The timeline of one lineage, optionally only up to a sequence number or a time.
     public func replayLineage(
         originalTransactionId: String, environment: AppleEnvironment? = nil, until limit: Forensics.Limit? = nil
     ) throws -> [Forensics.Step] {
@@ -459,12 +394,14 @@ extension Ledger {
         return Forensics.timeline(of: records.map(\.record), lineage: key)
     }
 
-    /// Why the live account `uid` is or is not entitled to the lineage at `at` (now by default).
+    /// Why the live account `uid` is or is not entitled to the lineage at `at` (now by default),
+    /// from the records the ledger knew at `at`.
     public func explain(
         uid: String, originalTransactionId: String, environment: AppleEnvironment? = nil, at: Timestamp? = nil
     ) throws -> Forensics.Explanation {
-        let account = try store.read { try $0.pseudonym(ofUID: uid) }
-        let (key, records) = try lineageRecords(originalTransactionId: originalTransactionId, environment: environment)
-        return Forensics.explain(records: records.map(\.record), lineage: key, account: account, at: at ?? LedgerTime.now())
+        let time = at ?? clock()
+        let account = try store.read { try store.pseudonym(ofUID: uid, in: $0) }
+        let (key, records) = try lineageRecords(originalTransactionId: originalTransactionId, environment: environment, until: .time(time))
+        return Forensics.explain(records: records.map(\.record), lineage: key, account: account, at: time)
     }
 }

@@ -46,61 +46,65 @@ extension Forensics {
         "ownership-ledger/" + String(try Digest.sha256(publicKey.rawRepresentation).hex.prefix(8))
     }
 
-    /// One pass over the stored log: leaf hashes, the first chain fault, and the state after `size`
-    /// records folded with `reducer` (nil when a record up to `size` cannot be decoded).
-    struct LogScan {
-        var leafHashes: [[UInt8]] = []
-        var chainFault: LogFault?
-        var state: LedgerState? = LedgerState()
-    }
-
-    static func scan(_ session: ReadSession, stateThrough size: UInt64, reducer: Reducer) throws -> LogScan {
-        var scan = LogScan()
-        var state = LedgerState()
-        var stateValid = true
-        var previous = Digest32.zero
-        var expected: UInt64 = 1
-        try session.forEachStoredRecord { sequence, stored in
-            guard sequence == expected else {
-                scan.chainFault = scan.chainFault ?? LogFault(sequence: expected, reason: "missing (next stored record is \(sequence))")
-                return false
-            }
-            scan.leafHashes.append(try MerkleTree.leafHash(stored))
-            // Only a record that does not decode is a fault; a failing libcrypto is an error, thrown.
-            let record: Record
-            let body: ArraySlice<UInt8>
-            let hash: Digest32
-            do throws(RecordDecodingError) {
-                record = try RecordCodec.decode(stored, sequence: sequence)
-                (body, hash) = try RecordCodec.split(stored, sequence: sequence)
-            } catch {
-                if sequence <= size { stateValid = false }
-                scan.chainFault = scan.chainFault ?? LogFault(sequence: sequence, reason: "\(error)")
-                expected += 1
-                return true
-            }
-            if sequence <= size, stateValid { reducer(&state, record.event) }
-            if scan.chainFault == nil {
-                if record.previousHash != previous {
-                    scan.chainFault = LogFault(sequence: sequence, reason: "link broken: previous hash does not match record \(sequence - 1)")
-                } else if try Digest.sha256(previous.bytes, Array(body)) != hash.bytes {
-                    scan.chainFault = LogFault(sequence: sequence, reason: "hash mismatch: the record's bytes were changed")
-                }
-                previous = hash
-            }
-            expected += 1
+    /// The hash ``stateHash(entries:)`` gives the persisted read models, streamed in key order
+    /// (equal to a fresh replay's when `ledger verify` finds no read-model difference).
+    static func persistedStateHash(_ reader: any EngineReader) throws -> [UInt8] {
+        var count: UInt64 = 0
+        try reader.forEachReadModel(from: []) { _, _ in
+            count += 1
             return true
         }
+        let hash = try SHA256Hasher()
+        try hash.begin()
+        var w = ByteWriter()
+        w.u64(count)
+        try hash.update(w.output)
+        try reader.forEachReadModel(from: []) { key, value in
+            var w = ByteWriter()
+            w.bytes(key)
+            w.bytes(value)
+            try hash.update(w.output)
+            return true
+        }
+        return try hash.finish()
+    }
+
+    /// One pass over the stored log for a checkpoint of `size` records: the chain (the first fault
+    /// and where), the root of the first `size` records and of all, and the state after `size`
+    /// records folded with `reducer` (nil when one of them cannot be decoded).
+    struct LogScan {
+        var head = LogHead()
+        var fault: ChainFault?
+        var rootAtSize: Digest32?
+        var root = Digest32.zero
+        var state: LedgerState?
+        var upgraded: StoreUpgraded?
+    }
+
+    static func scan(_ reader: any EngineReader, size: UInt64, reducer: Reducer) throws -> LogScan {
+        var scan = LogScan(head: try reader.head())
+        var walk = try ChainWalk(head: scan.head)
+        var state = LedgerState()
+        var stateValid = true
+        if size == 0 { scan.rootAtSize = try MerkleLog.emptyRoot() }
+        try reader.forEachRecord(from: 1, through: scan.head.sequence) { sequence, bytes in
+            guard try walk.add(sequence, bytes, reader: reader) else { return false }
+            if sequence == size { scan.rootAtSize = try walk.root() }
+            do {
+                let record = try RecordCodec.decode(bytes, sequence: sequence)
+                if sequence == 1, case .storeUpgraded(let upgraded)? = record.events.first { scan.upgraded = upgraded }
+                if sequence <= size, stateValid { for event in record.events { reducer(&state, event) } }
+            } catch {
+                if sequence <= size { stateValid = false }
+                walk.stop(ChainFault(sequence: sequence, through: sequence, reason: "\(error)"))
+            }
+            return true
+        }
+        scan.fault = walk.finish()
+        scan.root = try walk.root()
         scan.state = stateValid ? state : nil
         return scan
     }
-}
-
-/// The first record of a log pass whose bytes, hash or link is wrong.
-public struct LogFault: Equatable, Sendable, CustomStringConvertible {
-    public var sequence: UInt64
-    public var reason: String
-    public var description: String { "record \(sequence): \(reason)" }
 }
 
 /// What `verify --checkpoint` found.
@@ -127,13 +131,17 @@ public struct CheckpointReport: Sendable {
     public var currentRoot: [UInt8]
     /// The RFC 6962 consistency proof from the checkpoint to today's log.
     public var consistencyProof: [[UInt8]]
-    /// The consistency proof verifies from the checkpointed root to today's root.
+    /// The consistency proof verifies from the checkpointed root to today's root (for a format-1
+    /// checkpoint: it is the upgraded log's own root, which record 1 carries).
     public var consistent: Bool
     public var projections: [ProjectionCheck]
-    /// The first record whose bytes, hash or link is wrong, if any.
-    public var chainFault: LogFault?
+    /// The first records whose bytes, hash or order are wrong, if any.
+    public var chainFault: ChainFault?
     /// The first record known to be bad before the checkpoint, when it can be located.
     public var firstBadSeq: UInt64?
+    /// The checkpoint was signed over the format-1 log this store was upgraded from, and its size and
+    /// root are the ones record 1 (`store-upgraded`) carries.
+    public var formatOneOrigin: Bool
     public var problems: [String]
 
     public var verified: Bool { problems.isEmpty }
@@ -144,20 +152,22 @@ extension Ledger {
     public func signingKey() throws -> Ed25519PrivateKey { try store.signingKey() }
 
     /// Signs a checkpoint of the whole log as it is now: origin, size, RFC 6962 root over the stored
-    /// record bytes, and the projection state hash of a fresh replay.
-    /// - Complexity: O(records).
-    public func makeCheckpoint() throws -> (text: String, checkpoint: Checkpoint, leafHashes: [[UInt8]]) {
+    /// record bytes (from the head's Merkle frontier) and the projection state hash of the persisted
+    /// read models (which `ledger verify` checks equal a fresh replay).
+    /// - Complexity: O(read models); no record is read.
+    public func makeCheckpoint() throws -> (text: String, checkpoint: Checkpoint) {
         let key = try signingKey()
+        return try store.read { try checkpoint(of: $0, key: key) }
+    }
+
+    /// A checkpoint of the log `reader` sees, signed with `key`.
+    func checkpoint(of reader: any EngineReader, key: Ed25519PrivateKey) throws -> (text: String, checkpoint: Checkpoint) {
         let origin = try Forensics.origin(for: key.publicKey)
-        let scan = try store.read { session in
-            try Forensics.scan(session, stateThrough: try session.head().sequence, reducer: StateProjection.evolve)
-        }
-        if let fault = scan.chainFault { throw LedgerStoreError.corrupt("refusing to sign a checkpoint of a broken log: \(fault)") }
-        guard let state = scan.state else { throw LedgerStoreError.corrupt("a record cannot be decoded") }
+        let (head, stateHash) = (try reader.head(), try Forensics.persistedStateHash(reader))
         let checkpoint = try Checkpoint(
-            origin: origin, size: UInt64(scan.leafHashes.count), rootHash: MerkleTree.root(leafHashes: scan.leafHashes),
-            extensions: [Forensics.stateLine(version: StateProjection.version, hash: Forensics.stateHash(state))])
-        return (try checkpoint.signed(by: key, keyName: origin), checkpoint, scan.leafHashes)
+            origin: origin, size: head.sequence, rootHash: try MerkleLog.root(frontier: head.frontier, hasher: LogHasher()).bytes,
+            extensions: [Forensics.stateLine(version: StateProjection.version, hash: stateHash)])
+        return (try checkpoint.signed(by: key, keyName: origin), checkpoint)
     }
 
     /// Verifies a signed checkpoint against today's log: the signature (by `publicKey`, the store's
@@ -182,23 +192,31 @@ extension Ledger {
         if parsed.origin != origin {
             problems.append("origin \(parsed.origin) is not this ledger's (\(origin))")
         }
-        let scan = try store.read { try Forensics.scan($0, stateThrough: parsed.size, reducer: reducer) }
-        let leaves = scan.leafHashes
-        let logSize = UInt64(leaves.count)
+        let (scan, proof) = try store.read { reader -> (Forensics.LogScan, [[UInt8]]) in
+            let scan = try Forensics.scan(reader, size: parsed.size, reducer: reducer)
+            let proof =
+                parsed.size > 0 && parsed.size < scan.head.sequence
+                ? try MerkleLog.consistencyProof(from: parsed.size, to: scan.head.sequence, reader: reader, hasher: try LogHasher()) : []
+            return (scan, proof)
+        }
+        let logSize = scan.head.sequence
         var recomputed: [UInt8]?
         var firstBad: UInt64?
+        var formatOneOrigin = false
         if parsed.size > logSize {
             problems.append("the log has \(logSize) records, fewer than the checkpoint's \(parsed.size): records were removed")
             firstBad = logSize + 1
-        } else {
-            let root = try MerkleTree.root(leafHashes: Array(leaves.prefix(Int(parsed.size))))
+        } else if let root = scan.rootAtSize?.bytes {
             recomputed = root
             if root != parsed.rootHash {
-                if let fault = scan.chainFault, fault.sequence <= parsed.size {
+                if let upgraded = scan.upgraded, upgraded.records == parsed.size, upgraded.merkleRoot.bytes == parsed.rootHash {
+                    // A checkpoint of the format-1 log this store was upgraded from: record 1 carries its root.
+                    formatOneOrigin = true
+                } else if let fault = scan.fault, fault.sequence <= parsed.size {
                     firstBad = fault.sequence
                     problems.append(
                         "the root of the first \(parsed.size) records differs from the checkpoint: history was rewritten; "
-                            + "first bad record \(fault.sequence) (\(fault.reason))")
+                            + "first bad records \(fault.sequence) to \(fault.through) (\(fault.reason))")
                 } else {
                     problems.append(
                         "the root of the first \(parsed.size) records differs from the checkpoint: history before it was rewritten "
@@ -206,26 +224,26 @@ extension Ledger {
                 }
             }
         }
-        let currentRoot = try MerkleTree.root(leafHashes: leaves)
-        var proof: [[UInt8]] = []
+        let currentRoot = scan.root.bytes
         var consistent = false
-        if parsed.size == 0 {
+        if formatOneOrigin {
+            consistent = true
+        } else if parsed.size == 0 {
             consistent = try parsed.rootHash == MerkleTree.emptyRoot
         } else if parsed.size <= logSize {
-            proof = try MerkleTree.consistencyProof(oldSize: Int(parsed.size), leafHashes: leaves)
             consistent = try MerkleTree.verifyConsistency(
-                oldSize: Int(parsed.size), newSize: leaves.count, oldRoot: parsed.rootHash, newRoot: currentRoot, proof: proof)
+                oldSize: Int(parsed.size), newSize: Int(logSize), oldRoot: parsed.rootHash, newRoot: currentRoot, proof: proof)
         }
         if !consistent && recomputed == parsed.rootHash {
             problems.append("the consistency proof from the checkpoint to today's log does not verify")
         }
-        if let fault = scan.chainFault, firstBad == nil {
+        if let fault = scan.fault, firstBad == nil {
             if fault.sequence <= parsed.size { firstBad = fault.sequence }
             problems.append("hash chain: \(fault)")
         }
         var projections: [CheckpointReport.ProjectionCheck] = []
         let replayed = try scan.state.map(Forensics.stateHash)
-        for line in parsed.extensions {
+        for line in parsed.extensions where !formatOneOrigin {
             guard let (version, hash) = Forensics.parseStateLine(line) else { continue }
             guard version == StateProjection.version else {
                 projections.append(.init(version: version, recorded: hash, replayed: nil, status: "other-version"))
@@ -247,6 +265,6 @@ extension Ledger {
         return CheckpointReport(
             origin: parsed.origin, size: parsed.size, rootHash: parsed.rootHash, signatureVerified: signatureVerified, logSize: logSize,
             recomputedRoot: recomputed, currentRoot: currentRoot, consistencyProof: proof, consistent: consistent,
-            projections: projections, chainFault: scan.chainFault, firstBadSeq: firstBad, problems: problems)
+            projections: projections, chainFault: scan.fault, firstBadSeq: firstBad, formatOneOrigin: formatOneOrigin, problems: problems)
     }
 }

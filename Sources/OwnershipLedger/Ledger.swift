@@ -13,27 +13,33 @@ public final class Ledger: @unchecked Sendable {
     public let configuration: LedgerConfiguration
     /// Verifies the Apple signed data this ledger accepts.
     public let verifier: SignedDataVerifier
+    /// The ledger clock: every record's `recordedAt` (never the caller's time, never earlier than the
+    /// previous record's).
+    public let clock: @Sendable () -> Timestamp
 
     /// Creates a ledger in `directory` for the app `configuration` describes. `administrator`, when
     /// given, is enrolled as the first support-roster administrator (see ``enrollFirstAdministrator(_:publicKey:at:)``).
     public static func initialize(
-        at directory: URL, configuration: LedgerConfiguration, administrator: (id: String, publicKey: Ed25519PublicKey)? = nil
+        at directory: URL, configuration: LedgerConfiguration, administrator: (id: String, publicKey: Ed25519PublicKey)? = nil,
+        clock: @escaping @Sendable () -> Timestamp = LedgerTime.now
     ) throws -> Ledger {
         _ = try configuration.verifier()
         let encoded = try JSONEncoder().encode(configuration)
         let store = try LedgerStore.create(at: directory, configuration: [UInt8](encoded))
-        let ledger = try Ledger(store: store)
+        let ledger = try Ledger(store: store, clock: clock)
         if let administrator { try ledger.enrollFirstAdministrator(administrator.id, publicKey: administrator.publicKey) }
         return ledger
     }
 
     /// Opens the ledger in `directory`.
-    public convenience init(opening directory: URL) throws {
-        try self.init(store: LedgerStore(opening: directory))
+    public convenience init(opening directory: URL, clock: @escaping @Sendable () -> Timestamp = LedgerTime.now) throws {
+        try self.init(store: LedgerStore(opening: directory), clock: clock)
     }
 
-    private init(store: LedgerStore) throws {
+    /// The ledger over an open store.
+    public init(store: LedgerStore, clock: @escaping @Sendable () -> Timestamp = LedgerTime.now) throws {
         self.store = store
+        self.clock = clock
         let blob = try store.configuration()
         do {
             configuration = try JSONDecoder().decode(LedgerConfiguration.self, from: Data(blob))
@@ -56,18 +62,30 @@ public final class Ledger: @unchecked Sendable {
         case deleteAccount(uid: String)
     }
 
-    /// Decides each submission and appends its events, all in one write transaction. A submission
+    /// Decides each submission and appends its record, all in one write group. A submission
     /// seen before (same notification UUID, same signed transaction from the same account, same
     /// deletion) appends nothing and returns the first decision.
     public func submit(_ submissions: [Submission], at: Timestamp) throws -> [Decision] {
         try submit(groups: [(submissions, at)])[0]
     }
 
-    /// Group commit: decides every group in order in one write transaction (one `fsync`), each
-    /// group's submissions at its own time. Later groups see earlier groups' events.
+    /// Group commit: decides every group in order in one write group (one commit, one `fsync`),
+    /// each group's submissions at its own business time. Later submissions see earlier ones' records.
+    ///
+    /// The group is decided as an engine expects: every key the submissions need (command keys,
+    /// vault keys, lineages, accounts) is computed first and loaded in a few batch reads; each
+    /// submission is then decided in memory, in order, on that state plus the group's own changes;
+    /// everything is written as one batch.
     public func submit(groups: [(submissions: [Submission], at: Timestamp)]) throws -> [[Decision]] {
-        try store.write { session in
-            try groups.map { group in try group.submissions.map { try decide($0, at: group.at, in: session) } }
+        let prepared = try groups.map { group in try group.submissions.map { try prepare($0, at: group.at) } }
+        return try store.write { reader, writer in
+            var group = try WriteGroup(store: store, reader: reader, clock: clock)
+            let all = prepared.joined()
+            try group.prefetch(commands: all.map(\.command), uids: all.compactMap(\.uid))
+            try group.load(lineages: all.compactMap(\.lineage))
+            let decisions = try prepared.map { submissions in try submissions.map { try decide($0, in: &group) } }
+            try writer.apply(group.batch())
+            return decisions
         }
     }
 
@@ -76,82 +94,85 @@ public final class Ledger: @unchecked Sendable {
         try submit([submission], at: at)[0]
     }
 
-    /// Decides one submission inside `session`.
-    ///
-    /// Idempotency: a submission is identified by what it carries (notification UUID; kind, account,
-    /// transaction id and signed date; deleted UID). A retry is answered with the recorded decision
-    /// and the entitlement as it stands now, appending nothing: a notification always (different
-    /// content under the same UUID is a conflict); a transaction when deciding it again would change
-    /// nothing and tell the same outcome; a deletion while the UID has no live account. Otherwise it
-    /// is decided again and recorded (a restore retried after a transfer, a deletion, a refund or an
-    /// expiry; a UID deleted again after reuse).
-    private func decide(_ submission: Submission, at: Timestamp, in session: WriteSession) throws -> Decision {
+    /// A validated submission with the keys deciding it needs.
+    struct Prepared {
+        var submission: Submission
+        var at: Timestamp
+        /// The command's idempotency key.
+        var command: Key128
+        /// The authenticated UID, if any.
+        var uid: String?
+        var lineage: LineageKey?
+    }
+
+    /// Validates `submission` and computes its keys. A submission is identified by what it carries
+    /// (notification UUID; kind, account, transaction id and signed date; deleted UID).
+    private func prepare(_ submission: Submission, at: Timestamp) throws -> Prepared {
         try Self.validate(submission, at: at)
-        let keys = store.keys
-        let base: String
         switch submission {
         case .transaction(let kind, let uid, let payload, _):
-            base = Self.descriptor(
+            let descriptor = Self.descriptor(
                 "transaction", kind.name, uid ?? "", payload.environment.rawValue, payload.transactionId, String(payload.signedDate))
+            return Prepared(
+                submission: submission, at: at, command: try store.keys.command(descriptor), uid: uid, lineage: try lineage(of: payload))
         case .notification(let payload, _):
-            base = Self.descriptor("notification", payload.notificationUUID)
+            return Prepared(
+                submission: submission, at: at, command: try store.keys.command(Self.descriptor("notification", payload.notificationUUID)),
+                uid: nil, lineage: try payload.transaction.map(lineage(of:)))
         case .deleteAccount(let uid):
-            base = Self.descriptor("delete", uid)
+            return Prepared(
+                submission: submission, at: at, command: try store.keys.command(Self.descriptor("delete", uid)), uid: uid, lineage: nil)
         }
-        let submissionKey = try keys.eventId(batch: base, index: 0)
-        var attempt: UInt32 = 0
-        var prior: [Record]?
-        if let latest = try session.reader.latestAttempt(of: submissionKey) {
-            prior = try recordedBatch(from: latest.firstSequence, session: session)
-            attempt = latest.attempt + 1
-        }
+    }
+
+    /// Decides one prepared submission in `group`.
+    ///
+    /// Idempotency: a retry is answered with the recorded decision and the entitlement as it stands
+    /// now, appending nothing: a notification always (different content under the same UUID is a
+    /// conflict); a transaction when deciding it again would change nothing and tell the same
+    /// outcome; a deletion while the UID has no live account. Otherwise it is decided again and
+    /// recorded as the command's next attempt (a restore retried after a transfer, a deletion, a
+    /// refund or an expiry; a UID deleted again after reuse).
+    private func decide(_ prepared: Prepared, in group: inout WriteGroup) throws -> Decision {
+        let prior = try group.latestRecord(of: prepared.command)
+        let attempt = prior.map { $0.attempt + 1 } ?? 0
         let command: Command
         var erasedUID: String?
-        switch submission {
+        switch prepared.submission {
         case .transaction(let kind, let uid, let payload, let provenance):
             var account: AccountID?
             if let uid {
                 // A retry from an account deleted since is decided without issuing the UID a new
-                // identity: its records name a pseudonym that maps to nobody.
-                account =
-                    try session.reader.pseudonym(ofUID: uid)
-                    ?? (prior == nil ? try session.pseudonym(forUID: uid) : try Self.unlinkedPseudonym())
+                // identity: its record names a pseudonym that maps to nobody.
+                account = try group.pseudonym(ofUID: uid) ?? (prior == nil ? try group.pseudonym(forUID: uid) : try Self.unlinkedPseudonym())
             }
             command = .submitTransaction(
                 TransactionSubmitted(
                     kind: kind, account: account, lineage: try lineage(of: payload), transaction: try facts(payload, provenance: provenance)))
         case .notification(let payload, let provenance):
             let fact = try notificationFact(payload, provenance: provenance)
-            if let prior, prior.first?.event != .notificationReceived(fact) {
+            if let prior, prior.events.first != .notificationReceived(fact) {
                 throw SubmissionError(
                     "notificationUUID \(payload.notificationUUID) was delivered before with different content", code: "conflict")
             }
             command = .receiveNotification(fact)
         case .deleteAccount(let uid):
-            guard let account = try session.reader.pseudonym(ofUID: uid) else {
-                if let prior { return try answer(toRetryOf: prior, lineage: nil, at: at, session: session) }
+            guard let account = try group.pseudonym(ofUID: uid) else {
+                if let prior { return answer(toRetryOf: prior, lineage: nil, at: prepared.at, state: group.state) }
                 return Decision(reason: .unknownAccount, sequence: nil, entitlement: nil, duplicate: false)
             }
             command = .deleteAccount(account)
             erasedUID = uid
         }
-        let before = try session.reader.loadState(lineages: command.lineages, accounts: command.accounts)
-        let events = Decider.decide(command, state: before, at: at)
-        let after = StateProjection.fold(events, into: before)
-        if let prior, isRetry(submission, prior: prior, decided: events, changes: before != after) {
-            return try answer(toRetryOf: prior, lineage: command.lineages.first, at: at, session: session)
+        try group.load(lineages: command.lineages, accounts: erasedUID == nil ? [] : command.accounts)
+        let before = group.state
+        let events = Decider.decide(command, state: before, at: prepared.at)
+        if let prior, isRetry(prepared.submission, prior: prior, decided: events, before: before) {
+            return answer(toRetryOf: prior, lineage: command.lineages.first, at: prepared.at, state: before)
         }
-        let batch = attempt == 0 ? base : base + Self.descriptor("attempt", String(attempt))
-        let pending = try events.enumerated().map { index, event in
-            PendingEvent(eventId: try keys.eventId(batch: batch, index: index), recordedAt: at, event: event)
-        }
-        let result = try session.append(pending)
-        if let first = result.sequences.first {
-            try session.recordAttempt(of: submissionKey, attempt: attempt, firstSequence: first)
-        }
-        try session.saveState(from: before, to: after)
-        if let erasedUID { try session.eraseIdentity(uid: erasedUID) }
-        return Decision(events: events, lastSequence: result.sequences.last, at: at, duplicate: false)
+        let record = try group.append(events, at: prepared.at, command: prepared.command, attempt: attempt)
+        if let erasedUID { try group.eraseIdentity(uid: erasedUID) }
+        return Decision(events: events, sequence: record.sequence, at: prepared.at, duplicate: false)
     }
 
     /// Whether a submission seen before (`prior`) is a retry to answer with its first decision
@@ -159,26 +180,24 @@ public final class Ledger: @unchecked Sendable {
     /// checked); a transaction when deciding it again would change nothing and tell the caller the
     /// same outcome and code (otherwise, e.g. after a transfer, a deletion, a refund or an expiry,
     /// it is recorded and answered anew).
-    private func isRetry(_ submission: Submission, prior: [Record], decided events: [LedgerEvent], changes: Bool) -> Bool {
+    private func isRetry(_ submission: Submission, prior: Record, decided events: [LedgerEvent], before: LedgerState) -> Bool {
         switch submission {
         case .notification: return true
         case .deleteAccount: return false
         case .transaction:
-            func told(_ events: [LedgerEvent]) -> (Outcome, String)? {
-                for case .decisionIssued(let decision) in events.reversed() { return (decision.reason.outcome, decision.reason.code) }
-                return nil
-            }
-            guard let first = told(prior.map(\.event)), let now = told(events) else { return false }
-            return !changes && first == now
+            guard let first = prior.decision, let now = events.last.flatMap({ if case .decisionIssued(let d) = $0 { d } else { nil } })
+            else { return false }
+            return StateProjection.fold(events, into: before) == before
+                && (first.reason.outcome, first.reason.code) == (now.reason.outcome, now.reason.code)
         }
     }
 
     /// The first decision of a retried submission, with the entitlement as it stands now.
-    private func answer(toRetryOf prior: [Record], lineage: LineageKey?, at: Timestamp, session: WriteSession) throws -> Decision {
-        var decision = Decision(events: prior.map(\.event), lastSequence: prior.last?.sequence, at: at, duplicate: true)
+    private func answer(toRetryOf prior: Record, lineage: LineageKey?, at: Timestamp, state: LedgerState) -> Decision {
+        var decision = Decision(events: prior.events, sequence: prior.sequence, at: at, duplicate: true)
         if decision.entitlement != nil, let lineage {
-            let state = try session.reader.loadState(lineages: [lineage]).lineage(lineage)
-            decision.entitlement = state.entitlement.map { EntitlementView($0, lineage: state, at: at) }
+            let current = state.lineage(lineage)
+            decision.entitlement = current.entitlement.map { EntitlementView($0, lineage: current, at: at) }
         }
         return decision
     }
@@ -195,27 +214,14 @@ public final class Ledger: @unchecked Sendable {
         parts.map { "\($0.utf8.count):\($0)" }.joined()
     }
 
-    /// The records of the batch starting at `sequence`, through its decision.
-    private func recordedBatch(from sequence: UInt64, session: WriteSession) throws -> [Record] {
-        var records: [Record] = []
-        var next = sequence
-        while let record = try session.reader.record(next) {
-            records.append(record)
-            if case .decisionIssued = record.event { break }
-            next += 1
-        }
-        return records
-    }
-
     private func lineage(of payload: TransactionPayload) throws -> LineageKey {
         try store.keys.lineage(environment: payload.environment.rawValue, originalTransactionId: payload.originalTransactionId)
     }
 
     private func notificationFact(_ payload: NotificationPayload, provenance: Provenance) throws -> NotificationReceived {
         NotificationReceived(
-            notificationKey: try store.keys.notification(uuid: payload.notificationUUID), notificationType: payload.notificationType,
-            subtype: payload.subtype, signedDate: payload.signedDate, lineage: try payload.transaction.map(lineage(of:)),
-            transaction: try payload.transaction.map { try facts($0, provenance: provenance) })
+            notificationType: payload.notificationType, subtype: payload.subtype, signedDate: payload.signedDate,
+            lineage: try payload.transaction.map(lineage(of:)), transaction: try payload.transaction.map { try facts($0, provenance: provenance) })
     }
 
     /// Refuses, before anything is decided, times outside ``LedgerTime/supportedRange``, ownership
@@ -269,50 +275,59 @@ public final class Ledger: @unchecked Sendable {
             environment: (environment ?? configuration.environment).rawValue, originalTransactionId: originalTransactionId)
     }
 
-    /// The state of every lineage and account: the persisted read models now, or a replay of the
-    /// log up to and including its last record recorded at or before `at`. Record times come from
-    /// callers and may be out of order; cutting the log (rather than filtering by time) always
-    /// gives a state that existed.
-    /// - Complexity: O(1) reads for the present; O(records) for a time in the past.
+    /// The state of `lineages` and of the lineages bound to `accounts`: the persisted read models
+    /// now, or, at a time, what the ledger knew then: the records of those lineages recorded at or
+    /// before `at` (`recordedAt`, the ledger's clock: a prefix of the log, found by binary search),
+    /// found through the lineage index and replayed. It reads only what it is asked about, so its
+    /// time and memory do not depend on the size of the log.
+    /// - Complexity: O(log n) to find the cut, then O(records of those lineages).
     public func state(lineages: [LineageKey] = [], accounts: [AccountID] = [], asOf at: Timestamp?) throws -> LedgerState {
-        guard let at else { return try store.read { try $0.loadState(lineages: lineages, accounts: accounts) } }
-        var state = LedgerState()
-        try store.read { session in
-            // The log's prefix through the last record recorded at or before `at`.
-            var last: UInt64 = 0
-            try session.forEachStoredRecord { sequence, stored in
-                if let time = RecordCodec.recordedAt(of: stored), time <= at { last = sequence }
-                return true
+        try store.read { reader in
+            let everBound = try reader.lineages(boundTo: accounts)
+            let wanted = Array(Set(lineages + everBound.values.joined()))
+            var state = LedgerState()
+            if let at {
+                let cut = try reader.lastSequence(recordedAtOrBefore: at)
+                for lineage in wanted {
+                    var history = LedgerState()
+                    for sequence in try reader.sequences(ofLineage: lineage, through: cut) {
+                        guard let bytes = try reader.record(sequence) else { throw LedgerStoreError.corrupt("record \(sequence) is missing") }
+                        for event in try RecordCodec.decode(bytes, sequence: sequence).events { StateProjection.evolve(&history, event) }
+                    }
+                    if let replayed = history.lineages[lineage] { state.lineages[lineage] = replayed }
+                }
+            } else {
+                state.lineages = try reader.lineageStates(wanted)
             }
-            try session.forEachRecord { record in
-                guard record.sequence <= last else { return false }
-                StateProjection.evolve(&state, record.event)
-                return true
+            for account in accounts {
+                let bound = (everBound[account] ?? []).filter { state.lineage($0).binding == .bound(account) }
+                if !bound.isEmpty { state.accountLineages[account] = Set(bound) }
             }
+            return state
         }
-        return state
     }
 
-    /// Who owns a lineage, and its entitlement at `at` (now by default).
+    /// Who owns a lineage, and its entitlement at `at` (now by default): as the ledger knew it at
+    /// `at` (see ``state(lineages:accounts:asOf:)``), active or not at `at`.
     public func binding(originalTransactionId: String, environment: AppleEnvironment? = nil, at: Timestamp? = nil) throws
         -> BindingView
     {
         let lineage = try lineage(originalTransactionId: originalTransactionId, environment: environment)
         let state = try self.state(lineages: [lineage], asOf: at).lineage(lineage)
-        let time = at ?? LedgerTime.now()
+        let time = at ?? clock()
         return BindingView(
-            binding: state.binding, uid: try state.binding.liveAccount.flatMap { a in try store.read { try $0.uid(of: a) } },
+            binding: state.binding, uid: try state.binding.liveAccount.flatMap { a in try store.read { try store.uid(of: a, in: $0) } },
             entitlement: state.entitlement.map { EntitlementView($0, lineage: state, at: time) })
     }
 
-    /// The entitlements of the live account `uid` at `at` (now by default). A deleted account is
-    /// unknown: its identity mapping is gone.
+    /// The entitlements of the live account `uid` at `at` (now by default), as the ledger knew them
+    /// at `at`. A deleted account is unknown: its identity mapping is gone.
     public func account(uid: String, at: Timestamp? = nil) throws -> AccountView {
-        guard let account = try store.read({ try $0.pseudonym(ofUID: uid) }) else {
+        guard let account = try store.read({ try store.pseudonym(ofUID: uid, in: $0) }) else {
             return AccountView(uid: uid, known: false, entitlements: [])
         }
         let state = try self.state(accounts: [account], asOf: at)
-        let time = at ?? LedgerTime.now()
+        let time = at ?? clock()
         let entitlements = (state.accountLineages[account] ?? []).sorted().compactMap { key -> EntitlementView? in
             let lineage = state.lineage(key)
             guard let entitlement = lineage.entitlement, entitlement.account == account else { return nil }

@@ -113,11 +113,11 @@ extension Ledger {
 
     /// Enrols the first roster administrator (what `ledger init --admin` does). Refused once the roster
     /// has anyone in it: every later change is signed by an administrator.
-    public func enrollFirstAdministrator(_ staff: StaffID, publicKey: Ed25519PublicKey, at: Timestamp = LedgerTime.now()) throws {
+    public func enrollFirstAdministrator(_ staff: StaffID, publicKey: Ed25519PublicKey, at: Timestamp? = nil) throws {
         try Self.checkIdentifier(staff, field: .administrator)
-        try store.write { session in
-            let state = try session.reader.loadState()
-            guard state.staff.isEmpty else {
+        try supportStep { group in
+            try group.load(staff: true)
+            guard group.state.staff.isEmpty else {
                 throw SupportRefusal(
                     outcome: outcome(
                         "enroll",
@@ -130,7 +130,7 @@ extension Ledger {
                 StaffEnrolled(
                     staff: staff, roles: .administrator, publicKey: publicKey.rawRepresentation, ownAccount: nil, enrolledBy: nil,
                     signature: []))
-            _ = try commit([event], batch: "enroll|\(staff)", before: state, at: at, session: session)
+            _ = try commit([event], step: "enroll|\(staff)", at: at, in: &group)
         }
     }
 
@@ -138,35 +138,35 @@ extension Ledger {
     /// Throws ``SupportRefusal`` (appending nothing) when a safeguard fails.
     public func enrollStaff(
         _ staff: StaffID, roles: StaffRoles, publicKey: Ed25519PublicKey, ownAccountUID: String?, administrator: StaffID,
-        administratorKey: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
+        administratorKey: Ed25519PrivateKey, at: Timestamp? = nil
     ) throws -> SupportOutcome {
         try Self.checkIdentifier(staff, field: .staff)
         try Self.checkIdentifier(administrator, field: .administrator)
-        return try store.write { session in
-            let ownAccount = try ownAccountUID.map { try session.pseudonym(forUID: $0) }
+        return try supportStep { group in
+            let ownAccount = try ownAccountUID.map { try group.pseudonym(forUID: $0) }
             var enrolment = StaffEnrolled(
                 staff: staff, roles: roles, publicKey: publicKey.rawRepresentation, ownAccount: ownAccount,
                 enrolledBy: administrator, signature: [])
             enrolment.signature = try administratorKey.sign(enrolment.signedMessage)
             return try changeRoster(
                 "enroll", staff: staff, administrator: administrator, signature: enrolment.signature,
-                message: enrolment.signedMessage, at: at, session: session
+                message: enrolment.signedMessage, at: at, group: &group
             ) { valid, state in TransferDecider.enroll(enrolment, signatureValid: valid, state: state) }
         }
     }
 
     /// An administrator removes a staff member, who can no longer request, approve or apply.
     public func removeStaff(
-        _ staff: StaffID, administrator: StaffID, administratorKey: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
+        _ staff: StaffID, administrator: StaffID, administratorKey: Ed25519PrivateKey, at: Timestamp? = nil
     ) throws -> SupportOutcome {
         try Self.checkIdentifier(staff, field: .staff)
         try Self.checkIdentifier(administrator, field: .administrator)
-        return try store.write { session in
+        return try supportStep { group in
             var removal = StaffRemoved(staff: staff, removedBy: administrator, signature: [])
             removal.signature = try administratorKey.sign(removal.signedMessage)
             return try changeRoster(
                 "remove", staff: staff, administrator: administrator, signature: removal.signature, message: removal.signedMessage,
-                at: at, session: session
+                at: at, group: &group
             ) { valid, state in TransferDecider.remove(removal, signatureValid: valid, state: state) }
         }
     }
@@ -174,14 +174,15 @@ extension Ledger {
     /// A signed roster change: checks the administrator's signature against the roster, decides,
     /// and appends, or throws ``SupportRefusal`` recording nothing.
     private func changeRoster(
-        _ step: String, staff: StaffID, administrator: StaffID, signature: [UInt8], message: [UInt8], at: Timestamp,
-        session: WriteSession, decide: (_ signatureValid: Bool, _ state: LedgerState) -> TransferDecider.Outcome
+        _ step: String, staff: StaffID, administrator: StaffID, signature: [UInt8], message: [UInt8], at: Timestamp?,
+        group: inout WriteGroup, decide: (_ signatureValid: Bool, _ state: LedgerState) -> TransferDecider.Outcome
     ) throws -> SupportOutcome {
-        let state = try session.reader.loadState()
+        try group.load(staff: true)
+        let state = group.state
         let decided = decide(try Self.verifies(signature, message, key: state.staff[administrator]?.publicKey), state)
         var result = outcome(step, checks: decided.checks)
         guard decided.accepted else { throw SupportRefusal(outcome: result) }
-        (result.appended, result.sequences) = try commit(decided.events, batch: "\(step)|\(staff)", before: state, at: at, session: session)
+        (result.appended, result.sequences) = try commit(decided.events, step: "\(step)|\(staff)", at: at, in: &group)
         return result
     }
 
@@ -195,16 +196,17 @@ extension Ledger {
     /// the current owner's UID or the original transaction id: those fields are kept in clear in the
     /// immutable log, where no customer identifier may be written.
     public func requestTransfer(
-        _ input: TransferRequestInput, operator staff: StaffID, key: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
+        _ input: TransferRequestInput, operator staff: StaffID, key: Ed25519PrivateKey, at: Timestamp? = nil
     ) throws -> SupportOutcome {
         try Self.checkIdentifier(input.caseId, field: .caseId)
         try Self.checkIdentifier(staff, field: .operator_)
         try Self.checkNoCustomerIdentifiers(in: input, sourceUID: nil)
         let lineage = try self.lineage(originalTransactionId: input.originalTransactionId, environment: input.environment)
-        return try store.write { session in
-            let target = try session.pseudonym(forUID: input.targetUID)
-            let state = try session.reader.loadState(lineages: [lineage], accounts: [target], cases: [input.caseId])
-            let version = try session.reader.lineageVersion(lineage)
+        return try supportStep { group in
+            let target = try group.pseudonym(forUID: input.targetUID)
+            try group.load(lineages: [lineage], deleted: [target], staff: true, cases: [input.caseId])
+            let state = group.state
+            let version = try group.lineageVersion(lineage)
             let decided: TransferDecider.Outcome
             var result = outcome("request", caseId: input.caseId, checks: [])
             result.targetUID = input.targetUID
@@ -214,7 +216,7 @@ extension Ledger {
                 case .bound(let account): .bound(account)
                 case .tombstoned(let account): .tombstoned(account)
                 }
-            if let source, let sourceUID = try session.reader.uid(of: source.account) {
+            if let source, let sourceUID = try group.uid(of: source.account) {
                 // Throwing aborts the write transaction: nothing is appended or saved.
                 try Self.checkNoCustomerIdentifiers(in: input, sourceUID: sourceUID)
             }
@@ -230,13 +232,12 @@ extension Ledger {
                 result.plan = plan
                 result.planDigest = digest
                 result.requestedBy = staff
-                result.sourceUID = try session.reader.uid(of: source.account)
+                result.sourceUID = try group.uid(of: source.account)
             } else {
                 decided = TransferDecider.unownedLineage(caseId: input.caseId, requestedBy: staff)
             }
             result.checks = decided.checks
-            (result.appended, result.sequences) = try commit(
-                decided.events, batch: "request|\(input.caseId)|\(staff)", before: state, at: at, session: session)
+            (result.appended, result.sequences) = try commit(decided.events, step: "request|\(input.caseId)|\(staff)", at: at, in: &group)
             return result
         }
     }
@@ -244,13 +245,13 @@ extension Ledger {
     /// A different approver signs the requested plan's digest with `key`; appends `transferApproved`,
     /// or only a `transferRefused` record.
     public func approveTransfer(
-        caseId: String, approver staff: StaffID, key: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
+        caseId: String, approver staff: StaffID, key: Ed25519PrivateKey, at: Timestamp? = nil
     ) throws -> SupportOutcome {
         try Self.checkIdentifier(caseId, field: .caseId)
         try Self.checkIdentifier(staff, field: .approver)
-        return try store.write { session in
-            let state = try loadCase(caseId, reader: session.reader)
-            var result = try describe(caseId, state: state, reader: session.reader, step: "approve")
+        return try supportStep { group in
+            let state = try loadCase(caseId, in: &group)
+            var result = try describe(caseId, state: state, group: group, step: "approve")
             let digest = state.transfers[caseId]?.request.planDigest ?? .zero
             let approval = TransferApproved(caseId: caseId, planDigest: digest, approvedBy: staff, signature: try key.sign(digest.bytes))
             var facts = try Self.signatureFacts(state.transfers[caseId], state: state)
@@ -258,8 +259,7 @@ extension Ledger {
             let decided = TransferDecider.approve(approval, facts: facts, state: state)
             result.checks = decided.checks
             result.approvedBy = staff
-            (result.appended, result.sequences) = try commit(
-                decided.events, batch: "approve|\(caseId)|\(staff)", before: state, at: at, session: session)
+            (result.appended, result.sequences) = try commit(decided.events, step: "approve|\(caseId)|\(staff)", at: at, in: &group)
             return result
         }
     }
@@ -269,12 +269,13 @@ extension Ledger {
     public func reviewTransfer(caseId: String) throws -> SupportOutcome {
         try Self.checkIdentifier(caseId, field: .caseId)
         return try store.read { reader in
-            let state = try loadCase(caseId, reader: reader)
-            var result = try describe(caseId, state: state, reader: reader, step: "dry-run")
-            let version = try result.plan.map { try reader.lineageVersion($0.lineage) } ?? 0
+            var group = try WriteGroup(store: store, reader: reader, clock: clock)
+            let state = try loadCase(caseId, in: &group)
+            var result = try describe(caseId, state: state, group: group, step: "dry-run")
+            let version = try result.plan.map { try group.lineageVersion($0.lineage) } ?? 0
             let decided = try TransferDecider.apply(
                 caseId: caseId, appliedBy: nil, applierKeyMatches: false,
-                facts: Self.signatureFacts(state.transfers[caseId], state: state), currentVersion: version, state: state)
+                facts: try Self.signatureFacts(state.transfers[caseId], state: state), currentVersion: version, state: state)
             result.checks = decided.checks
             return result
         }
@@ -285,21 +286,20 @@ extension Ledger {
     /// `transferApplied`. Never grants: the target must restore. A refusal appends only a
     /// `transferRefused` record.
     public func applyTransfer(
-        caseId: String, staff: StaffID, key: Ed25519PrivateKey, at: Timestamp = LedgerTime.now()
+        caseId: String, staff: StaffID, key: Ed25519PrivateKey, at: Timestamp? = nil
     ) throws -> SupportOutcome {
         try Self.checkIdentifier(caseId, field: .caseId)
         try Self.checkIdentifier(staff, field: .staff)
-        return try store.write { session in
-            let state = try loadCase(caseId, reader: session.reader)
-            var result = try describe(caseId, state: state, reader: session.reader, step: "apply")
-            let version = try result.plan.map { try session.reader.lineageVersion($0.lineage) } ?? 0
+        return try supportStep { group in
+            let state = try loadCase(caseId, in: &group)
+            var result = try describe(caseId, state: state, group: group, step: "apply")
+            let version = try result.plan.map { try group.lineageVersion($0.lineage) } ?? 0
             let decided = try TransferDecider.apply(
                 caseId: caseId, appliedBy: staff, applierKeyMatches: state.staff[staff]?.publicKey == key.publicKey.rawRepresentation,
-                facts: Self.signatureFacts(state.transfers[caseId], state: state), currentVersion: version, state: state)
+                facts: try Self.signatureFacts(state.transfers[caseId], state: state), currentVersion: version, state: state)
             result.checks = decided.checks
             result.effects = decided.accepted ? decided.events : []
-            (result.appended, result.sequences) = try commit(
-                decided.events, batch: "apply|\(caseId)|\(staff)", before: state, at: at, session: session)
+            (result.appended, result.sequences) = try commit(decided.events, step: "apply|\(caseId)|\(staff)", at: at, in: &group)
             return result
         }
     }
@@ -318,41 +318,45 @@ extension Ledger {
         var trail: [AuditEntry] = []
         var records: [AuditRecord] = []
         var caseLineages: [String: LineageKey] = [:]
-        try store.read { session in
-            try session.forEachRecord { record in
-                var signer: StaffID?
-                var signature: String?
-                func check(_ valid: Bool) { signature = valid ? "valid" : "invalid" }
-                switch record.event {
-                case .staffEnrolled(let e):
-                    signer = e.enrolledBy
-                    if let admin = e.enrolledBy {
-                        check(try Self.verifies(e.signature, e.signedMessage, key: state.staff[admin]?.publicKey))
-                    } else {
-                        signature = "unsigned-first-administrator"
+        try store.read { reader in
+            try reader.forEachRecord(from: 1, through: .max) { sequence, bytes in
+                let record = try RecordCodec.decode(bytes, sequence: sequence)
+                for event in record.events {
+                    var signer: StaffID?
+                    var signature: String?
+                    func check(_ valid: Bool) { signature = valid ? "valid" : "invalid" }
+                    switch event {
+                    case .staffEnrolled(let e):
+                        signer = e.enrolledBy
+                        if let admin = e.enrolledBy {
+                            check(try Self.verifies(e.signature, e.signedMessage, key: state.staff[admin]?.publicKey))
+                        } else {
+                            signature = "unsigned-first-administrator"
+                        }
+                    case .staffRemoved(let e):
+                        signer = e.removedBy
+                        check(try Self.verifies(e.signature, e.signedMessage, key: state.staff[e.removedBy]?.publicKey))
+                    case .transferRequested(let e):
+                        signer = e.requestedBy
+                        caseLineages[e.plan.caseId] = e.plan.lineage
+                        check(
+                            try Self.digest(of: e.plan) == e.planDigest
+                                && Self.verifies(e.signature, e.planDigest.bytes, key: state.staff[e.requestedBy]?.publicKey))
+                    case .transferApproved(let e):
+                        signer = e.approvedBy
+                        let requested = state.transfers[e.caseId]?.request.planDigest
+                        check(
+                            try requested == e.planDigest && Self.verifies(e.signature, e.planDigest.bytes, key: state.staff[e.approvedBy]?.publicKey)
+                        )
+                    default:
+                        break
                     }
-                case .staffRemoved(let e):
-                    signer = e.removedBy
-                    check(try Self.verifies(e.signature, e.signedMessage, key: state.staff[e.removedBy]?.publicKey))
-                case .transferRequested(let e):
-                    signer = e.requestedBy
-                    caseLineages[e.plan.caseId] = e.plan.lineage
-                    check(
-                        try Self.digest(of: e.plan) == e.planDigest
-                            && Self.verifies(e.signature, e.planDigest.bytes, key: state.staff[e.requestedBy]?.publicKey))
-                case .transferApproved(let e):
-                    signer = e.approvedBy
-                    let requested = state.transfers[e.caseId]?.request.planDigest
-                    check(
-                        try requested == e.planDigest && Self.verifies(e.signature, e.planDigest.bytes, key: state.staff[e.approvedBy]?.publicKey))
-                default:
-                    break
-                }
-                let before = trail.count
-                AuditTrail.evolve(&trail, record)
-                StateProjection.evolve(&state, record.event)
-                for entry in trail[before...] {
-                    records.append(AuditRecord(entry: entry, signer: signer, signature: signature))
+                    let before = trail.count
+                    AuditTrail.evolve(&trail, event, sequence: record.sequence, time: record.recordedAt)
+                    StateProjection.evolve(&state, event)
+                    for entry in trail[before...] {
+                        records.append(AuditRecord(entry: entry, signer: signer, signature: signature))
+                    }
                 }
                 return true
             }
@@ -448,14 +452,16 @@ extension Ledger {
             approvalSignatureValid: try transfer.approval.map { try verifies($0.signature, digest, key: state.staff[$0.approvedBy]?.publicKey) })
     }
 
-    /// The case, its lineage and the accounts the transfer touches.
-    private func loadCase(_ caseId: String, reader: ReadSession) throws -> LedgerState {
-        let state = try reader.loadState(cases: [caseId])
-        guard let plan = state.transfers[caseId]?.request.plan else { return state }
-        return try reader.loadState(lineages: [plan.lineage], accounts: [plan.source.account, plan.target], cases: [caseId])
+    /// The case, its lineage, the roster and whether the accounts the transfer touches were deleted.
+    private func loadCase(_ caseId: String, in group: inout WriteGroup) throws -> LedgerState {
+        try group.load(staff: true, cases: [caseId])
+        if let plan = group.state.transfers[caseId]?.request.plan {
+            try group.load(lineages: [plan.lineage], deleted: [plan.source.account, plan.target])
+        }
+        return group.state
     }
 
-    private func describe(_ caseId: String, state: LedgerState, reader: ReadSession, step: String) throws -> SupportOutcome {
+    private func describe(_ caseId: String, state: LedgerState, group: WriteGroup, step: String) throws -> SupportOutcome {
         var result = outcome(step, caseId: caseId, checks: [])
         guard let transfer = state.transfers[caseId] else { return result }
         let plan = transfer.request.plan
@@ -463,8 +469,8 @@ extension Ledger {
         result.planDigest = transfer.request.planDigest
         result.requestedBy = transfer.request.requestedBy
         result.approvedBy = transfer.approval?.approvedBy
-        result.sourceUID = try reader.uid(of: plan.source.account)
-        result.targetUID = try reader.uid(of: plan.target)
+        result.sourceUID = try group.uid(of: plan.source.account)
+        result.targetUID = try group.uid(of: plan.target)
         result.effects = TransferDecider.effects(of: transfer.request, appliedBy: "", state: state)
         return result
     }
@@ -475,18 +481,22 @@ extension Ledger {
             checks: checks, appended: [], sequences: [], effects: [])
     }
 
-    /// Appends `events` (ids derived from the step and the head, so each step is its own batch) and
-    /// saves the read models they change.
-    private func commit(_ events: [LedgerEvent], batch: String, before: LedgerState, at: Timestamp, session: WriteSession) throws
-        -> ([LedgerEvent], [UInt64])
-    {
-        guard !events.isEmpty else { return ([], []) }
-        let head = try session.reader.head().sequence
-        let pending = try events.enumerated().map { index, event in
-            PendingEvent(eventId: try store.keys.eventId(batch: "support|\(batch)|after \(head)", index: index), recordedAt: at, event: event)
+    /// Runs a support step in one write group.
+    private func supportStep<T>(_ body: (inout WriteGroup) throws -> T) throws -> T {
+        try store.write { reader, writer in
+            var group = try WriteGroup(store: store, reader: reader, clock: clock)
+            let result = try body(&group)
+            try writer.apply(group.batch())
+            return result
         }
-        let result = try session.append(pending)
-        try session.saveState(from: before, to: StateProjection.fold(events, into: before))
-        return (events, result.sequences)
+    }
+
+    /// Appends `events` as one record (its command key derived from the step and the head, so each
+    /// step is its own command) at business time `at` (the ledger clock by default).
+    private func commit(_ events: [LedgerEvent], step: String, at: Timestamp?, in group: inout WriteGroup) throws -> ([LedgerEvent], [UInt64]) {
+        guard !events.isEmpty else { return ([], []) }
+        let command = try store.keys.command("support|\(step)|after \(group.appender.head.sequence)")
+        let record = try group.append(events, at: at ?? clock(), command: command, attempt: 0)
+        return (events, [record.sequence])
     }
 }

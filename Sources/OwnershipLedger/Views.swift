@@ -3,7 +3,7 @@ public import LedgerCore
 /// What the ledger told a verifier.
 public struct Decision: Equatable, Sendable {
     public var reason: DecisionReason
-    /// The sequence number of the decision record; nil when nothing was appended.
+    /// The sequence number of the record holding the decision; nil when nothing was appended.
     public var sequence: UInt64?
     /// The entitlement granted or refreshed, when the decision granted one.
     public var entitlement: EntitlementView?
@@ -17,8 +17,8 @@ public struct Decision: Equatable, Sendable {
         self.duplicate = duplicate
     }
 
-    /// The decision a batch of events records.
-    init(events: [LedgerEvent], lastSequence: UInt64?, at: Timestamp, duplicate: Bool) {
+    /// The decision a record's events hold.
+    init(events: [LedgerEvent], sequence: UInt64?, at: Timestamp, duplicate: Bool) {
         var reason = DecisionReason.notificationRecorded
         var grant: EntitlementGranted?
         for event in events {
@@ -29,7 +29,7 @@ public struct Decision: Equatable, Sendable {
             }
         }
         let entitlement = reason.outcome == .granted ? grant.map { EntitlementView(granted: $0, at: at) } : nil
-        self.init(reason: reason, sequence: lastSequence, entitlement: entitlement, duplicate: duplicate)
+        self.init(reason: reason, sequence: sequence, entitlement: entitlement, duplicate: duplicate)
     }
 
     public var outcome: Outcome { reason.outcome }

@@ -1,19 +1,30 @@
+import AppleSignedData
 import Foundation
+import LedgerCore
 import LedgerStore
 import OwnershipLedger
 
 struct BenchCommand: Subcommand {
     static let name = "bench"
-    static let abstract = "Measure appends and reads against raw LMDB on the same bytes; print JSON."
+    static let abstract = "Measure a history (submit rate as the log grows, size, rebuild, verify, queries) or ledger serve."
     static let usage = """
-        Usage: ledger bench [--single N] [--batched N] [--dir DIR]
+        Usage: ledger bench history --lines FILE [--chunks N] [--samples N] [--dir DIR]
+                                    [--bundle-id ID] [--environment E] [--app-apple-id N]
                ledger bench serve [--clients N] [--requests N] [--route transactions|submit] [--batch N]
                                   [--fixtures DIR] [--dir DIR]
 
-        In fresh stores under DIR (default a temporary directory, removed afterwards), measures durable
-        single-event appends/s (N, default 2,000), batched appends/s (N, default 200,000; 1,000 per
-        transaction) and full-log read-and-decode rate, and the same work done with raw LMDB calls on the
-        same bytes, as ratios. Progress goes to stderr, the JSON figures to stdout.
+        `bench history` creates a fresh ledger in DIR (default a temporary directory, removed afterwards; the defaults match
+        ../shared/tools/gen_history.py: com.example.myrecipes, Production, 1234567890) and measures, on the
+        trusted-decoded submit lines in FILE (`make bench-history` generates them):
+          - decided lines/s in each of N equal chunks (default 10): lines parsed by the submit protocol,
+            then decided, appended and committed in groups of 1,000 as `ledger submit` does; that rate
+            (what the storage engine sustains), the parse and render cost per line, and the last chunk's
+            rate over the first's;
+          - bytes per line at rest (data.mdb / lines) and per database;
+          - `ledger rebuild` and `ledger verify` run as child processes: records/s, events/s, peak resident
+            memory (getrusage);
+          - `account --at` and `binding --at` latency in this process (median and 95th percentile of N
+            samples, default 200), at times cut inside the history.
 
         `bench serve` starts `ledger serve` on a fresh store and drives it with --clients keep-alive
         clients on loopback (default 64): --requests (default 20,000) signed purchases to
@@ -21,36 +32,261 @@ struct BenchCommand: Subcommand {
         --batch lines (default 100) to POST /v1/submit. It signs them with the test keys under --fixtures
         (default ./Tests, the repository's) and prints decisions/s, latency percentiles, the commit group
         sizes and the server's resident memory through the run (docs/benchmarks.md).
+
+        Progress goes to stderr, the JSON figures to stdout.
         """
-    static let options: Set<String> = ["single", "batched", "dir", "clients", "requests", "route", "batch", "fixtures"]
-    static let positionals = 0...1
+    static let options: Set<String> = [
+        "lines", "chunks", "samples", "dir", "bundle-id", "environment", "app-apple-id", "clients", "requests", "route", "batch", "fixtures",
+    ]
+    static let positionals = 1...1
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        switch arguments.positionals.first {
+        case "history": return try history(arguments, console: console)
+        case "serve": return try serve(arguments, console: console)
+        default: throw CLIError.usage("give history or serve")
+        }
+    }
+
+    static func serve(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let temporary = arguments.value("dir") == nil
         let directory =
             arguments.value("dir").map { URL(fileURLWithPath: $0) }
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("ledger-bench-\(getpid())")
         defer { if temporary { try? FileManager.default.removeItem(at: directory) } }
-        if let mode = arguments.positionals.first {
-            guard mode == "serve" else { throw CLIError.usage("unknown bench mode \(mode) (the one mode is serve)") }
-            var options = ServeBenchmark.Options(directory: directory)
-            options.clients = max(1, try arguments.integer("clients") ?? options.clients)
-            options.requests = max(1, try arguments.integer("requests") ?? options.requests)
-            options.batch = max(1, try arguments.integer("batch") ?? options.batch)
-            options.route = arguments.value("route") ?? options.route
-            guard ["transactions", "submit"].contains(options.route) else {
-                throw CLIError.usage("--route \(options.route) is not transactions or submit")
-            }
-            if let fixtures = arguments.value("fixtures") { options.fixtures = URL(fileURLWithPath: fixtures) }
-            console.out(JSONLine.render(try ServeBenchmark.run(options) { console.err("bench: \($0)") }))
-            return .success
+        var options = ServeBenchmark.Options(directory: directory)
+        options.clients = max(1, try arguments.integer("clients") ?? options.clients)
+        options.requests = max(1, try arguments.integer("requests") ?? options.requests)
+        options.batch = max(1, try arguments.integer("batch") ?? options.batch)
+        options.route = arguments.value("route") ?? options.route
+        guard ["transactions", "submit"].contains(options.route) else {
+            throw CLIError.usage("--route \(options.route) is not transactions or submit")
         }
-        var figures = try StoreBenchmark.run(
-            in: directory, singleEvents: try arguments.integer("single") ?? 2_000,
-            batchedEvents: try arguments.integer("batched") ?? 200_000, log: { console.err("bench: \($0)") })
-        figures["cores"] = ProcessInfo.processInfo.activeProcessorCount
-        figures["memoryGiB"] = Int(ProcessInfo.processInfo.physicalMemory >> 30)
+        if let fixtures = arguments.value("fixtures") { options.fixtures = URL(fileURLWithPath: fixtures) }
+        console.out(JSONLine.render(try ServeBenchmark.run(options) { console.err("bench: \($0)") }))
+        return .success
+    }
+
+    static func history(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let linesFile = try arguments.required("lines")
+        guard FileManager.default.isReadableFile(atPath: linesFile) else { throw CLIError.usage("cannot read --lines \(linesFile)") }
+        let chunks = max(try arguments.integer("chunks") ?? 10, 1)
+        let samples = max(try arguments.integer("samples") ?? 200, 1)
+        let temporary = arguments.value("dir") == nil
+        let directory =
+            arguments.value("dir").map { URL(fileURLWithPath: $0) }
+            ?? FileManager.default.temporaryDirectory.appendingPathComponent("ledger-bench-\(getpid())")
+        defer { if temporary { try? FileManager.default.removeItem(at: directory) } }
+        try? FileManager.default.removeItem(at: directory)
+        guard let environment = AppleEnvironment(rawValue: arguments.value("environment") ?? "Production") else {
+            throw CLIError.usage("--environment is not Production, Sandbox, Xcode or LocalTesting")
+        }
+        let configuration = LedgerConfiguration(
+            bundleId: arguments.value("bundle-id") ?? "com.example.myrecipes", environment: environment,
+            appAppleId: Int64(arguments.value("app-apple-id") ?? "1234567890"))
+        let ledger = try Ledger.initialize(at: directory, configuration: configuration)
+        let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+
+        // Decide the lines chunk by chunk, streaming the file.
+        let total = try countLines(linesFile)
+        guard total > 0 else { throw CLIError.usage("--lines \(linesFile) holds no line") }
+        var reader = try LineReader(path: linesFile)
+        var rates: [Int] = []
+        var parseMicroseconds: [Double] = []
+        var renderMicroseconds: [Double] = []
+        var uids = Reservoir(capacity: samples)
+        var lineages = Reservoir(capacity: samples)
+        var invalid = 0
+        for chunk in 0..<chunks {
+            let count = total * (chunk + 1) / chunks - total * chunk / chunks
+            var (decide, parse, render): (UInt64, UInt64, UInt64) = (0, 0, 0)
+            var done = 0
+            while done < count {
+                let lines = reader.next(min(1_000, count - done))
+                guard !lines.isEmpty else { break }
+                var clock = DispatchTime.now().uptimeNanoseconds
+                func lap(_ total: inout UInt64) {
+                    let now = DispatchTime.now().uptimeNanoseconds
+                    total += now - clock
+                    clock = now
+                }
+                let prepared = submit.prepare(lines.map(\.utf8))
+                lap(&parse)
+                let decided = ledger.submit(isolating: prepared.groups)
+                lap(&decide)
+                invalid += submit.answers(to: prepared, decided: decided).filter { $0.decision == "invalid" }.count
+                lap(&render)
+                for line in lines {
+                    if let uid = field(line, "\"account\":\"") { uids.offer(uid) }
+                    if let otid = field(line, "\"originalTransactionId\":\"") { lineages.offer(otid) }
+                }
+                done += lines.count
+            }
+            rates.append(Int(Double(done) / max(Double(decide) / 1e9, 1e-9)))
+            parseMicroseconds.append(Double(parse) / 1e3 / Double(max(done, 1)))
+            renderMicroseconds.append(Double(render) / 1e3 / Double(max(done, 1)))
+            console.err("bench: chunk \(chunk + 1)/\(chunks): \(done) lines, \(rates.last ?? 0) decided lines/s")
+        }
+
+        // Size at rest.
+        let dataFile = directory.appendingPathComponent("data.mdb").path
+        let bytes = (try FileManager.default.attributesOfItem(atPath: dataFile)[.size] as? Int) ?? 0
+        let databases = try ledger.store.statistics()
+        let head = try ledger.store.head()
+
+        // Queries at times cut inside the history.
+        console.err("bench: \(samples) account --at and binding --at queries")
+        var generator = SystemRandomNumberGenerator()
+        func cutTime() throws -> Int64 {
+            let sequence = UInt64.random(in: 1...max(head.sequence, 1), using: &generator)
+            return try ledger.store.read { reader in
+                try reader.record(sequence).flatMap { bytes in bytes.withUnsafeBytes { RecordCodec.recordedAt(of: $0) } }
+            } ?? head.recordedAt
+        }
+        var accountLatencies: [Double] = []
+        var bindingLatencies: [Double] = []
+        for index in 0..<samples {
+            let time = try cutTime()
+            if let uid = uids.items.isEmpty ? nil : uids.items[index % uids.items.count] {
+                accountLatencies.append(try milliseconds { _ = try ledger.account(uid: uid, at: time) })
+            }
+            if let otid = lineages.items.isEmpty ? nil : lineages.items[index % lineages.items.count] {
+                bindingLatencies.append(try milliseconds { _ = try ledger.binding(originalTransactionId: otid, at: time) })
+            }
+        }
+
+        // Rebuild and verify in child processes, for their own peak memory.
+        var figures: JSONObject = [
+            "lines": total, "invalidLines": invalid, "records": head.sequence, "chunks": chunks, "decidedLinesPerSecondByChunk": rates,
+            "firstChunkDecidedLinesPerSecond": rates.first ?? 0, "lastChunkDecidedLinesPerSecond": rates.last ?? 0,
+            "lastOverFirst": Double((rates.last ?? 0) * 100 / max(rates.first ?? 1, 1)) / 100,
+            "decideMicrosecondsPerLineByChunk": rates.map { ($0 == 0 ? 0 : 1e7 / Double($0)).rounded() / 10 },
+            "parseMicrosecondsPerLine": parseMicroseconds.map { ($0 * 10).rounded() / 10 },
+            "renderMicrosecondsPerLine": renderMicroseconds.map { ($0 * 10).rounded() / 10 },
+            "dataFileBytes": bytes, "bytesPerLine": bytes / total,
+            "databases": Dictionary(uniqueKeysWithValues: databases.map { ($0.name, ["entries": $0.entries, "bytes": $0.bytes] as JSONObject) }),
+            "accountAtMilliseconds": summary(accountLatencies), "bindingAtMilliseconds": summary(bindingLatencies),
+            "cores": ProcessInfo.processInfo.activeProcessorCount,
+        ]
+        for command in ["rebuild", "verify"] {
+            console.err("bench: ledger \(command)")
+            figures[command] = try child([command, "--store", directory.path])
+        }
         console.out(JSONLine.render(figures))
         return .success
+    }
+
+    /// Wall time, peak resident memory and the figures of a `ledger` child process.
+    static func child(_ arguments: [String]) throws -> JSONObject {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL.resolvingSymlinksInPath()
+        if !FileManager.default.isExecutableFile(atPath: process.executableURL?.path ?? "") {
+            process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        }
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        let start = DispatchTime.now().uptimeNanoseconds
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        var status: Int32 = 0
+        var usage = rusage()
+        _ = wait4(process.processIdentifier, &status, 0, &usage)
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+        let report = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
+        let records = (report["records"] ?? report["verifiedRecords"]) as? Int ?? 0
+        let events = report["events"] as? Int ?? 0
+        return [
+            "seconds": (seconds * 1000).rounded() / 1000, "records": records, "events": events,
+            "recordsPerSecond": Int(Double(records) / seconds), "eventsPerSecond": Int(Double(events) / seconds),
+            "peakResidentMiB": Double(usage.ru_maxrss / 1024), "exitStatus": Int(status),
+            "intact": (report["intact"] as? Bool) ?? ((report["differences"] as? [Any])?.isEmpty ?? false),
+        ]
+    }
+
+    static func milliseconds(_ body: () throws -> Void) throws -> Double {
+        let start = DispatchTime.now().uptimeNanoseconds
+        try body()
+        return Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6
+    }
+
+    static func summary(_ values: [Double]) -> JSONObject {
+        let sorted = values.sorted()
+        guard !sorted.isEmpty else { return [:] }
+        func rounded(_ value: Double) -> Double { (value * 1000).rounded() / 1000 }
+        return [
+            "samples": sorted.count, "median": rounded(sorted[sorted.count / 2]),
+            "p95": rounded(sorted[min(sorted.count - 1, sorted.count * 95 / 100)]), "max": rounded(sorted[sorted.count - 1]),
+        ]
+    }
+
+    /// The string value after `prefix` in a JSON line (enough to sample gen_history's ids).
+    static func field(_ line: String, _ prefix: String) -> String? {
+        guard let range = line.range(of: prefix), let end = line[range.upperBound...].firstIndex(of: "\"") else { return nil }
+        return String(line[range.upperBound..<end])
+    }
+
+    static func countLines(_ path: String) throws -> Int {
+        var reader = try LineReader(path: path)
+        var count = 0
+        while true {
+            let lines = reader.next(10_000)
+            if lines.isEmpty { return count }
+            count += lines.count
+        }
+    }
+}
+
+/// A uniform sample of at most `capacity` distinct-ish strings (reservoir sampling).
+struct Reservoir {
+    let capacity: Int
+    private(set) var items: [String] = []
+    private var seen = 0
+    private var generator = SystemRandomNumberGenerator()
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    mutating func offer(_ item: String) {
+        seen += 1
+        if items.count < capacity {
+            items.append(item)
+        } else if case let slot = Int.random(in: 0..<seen, using: &generator), slot < capacity {
+            items[slot] = item
+        }
+    }
+}
+
+/// Non-empty lines of a file, read in blocks.
+struct LineReader {
+    private let handle: FileHandle
+    private var buffer: [UInt8] = []
+    private var start = 0
+    private var atEnd = false
+
+    init(path: String) throws {
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw CLIError.usage("cannot read \(path)") }
+        self.handle = handle
+    }
+
+    /// Up to `limit` lines; empty at the end.
+    mutating func next(_ limit: Int) -> [String] {
+        var lines: [String] = []
+        while lines.count < limit {
+            if let newline = buffer[start...].firstIndex(of: 0x0A) {
+                if newline > start { lines.append(String(decoding: buffer[start..<newline], as: UTF8.self)) }
+                start = newline + 1
+                continue
+            }
+            if atEnd {
+                if start < buffer.count { lines.append(String(decoding: buffer[start...], as: UTF8.self)) }
+                start = buffer.count
+                break
+            }
+            buffer.removeFirst(start)
+            start = 0
+            let chunk = handle.readData(ofLength: 1 << 20)
+            if chunk.isEmpty { atEnd = true } else { buffer.append(contentsOf: chunk) }
+        }
+        return lines
     }
 }

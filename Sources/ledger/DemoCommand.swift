@@ -57,7 +57,9 @@ struct DemoScript {
     let ledger: Ledger
 
     static let day: Int64 = 86_400_000
-    static let start: Int64 = 1_785_000_000_000  // 2026-07-25
+    /// The business times of the scenarios start now (to the second), so queries at those times
+    /// see what the ledger recorded (every point-in-time query cuts on the ledger's own clock).
+    let start: Int64 = LedgerTime.now() / 1000 * 1000
 
     func transaction(_ otid: String, _ tid: String, at: Int64, ownership: String = "PURCHASED") -> [String: Any] {
         [
@@ -85,7 +87,7 @@ struct DemoScript {
     }
 
     func run() throws {
-        let t = Self.start
+        let t = start
         let a = "2000000000000001"
         console.out("1. Device A purchase, Device B restore (same MyRecipes account)")
         step("alice buys on Device A", ["type": "purchase", "account": "alice", "transaction": transaction(a, a, at: t), "at": t])

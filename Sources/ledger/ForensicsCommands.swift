@@ -36,7 +36,8 @@ func readFile(_ path: String, option: String) throws -> Data {
 /// One timeline step as a JSON object.
 func render(_ step: Forensics.Step) -> JSONObject {
     var object: JSONObject = [
-        "seq": step.firstSequence, "seqs": step.sequences, "time": LedgerTime.format(step.recordedAt), "event": step.event,
+        "seq": step.firstSequence, "seqs": step.sequences, "time": LedgerTime.format(step.recordedAt), "at": LedgerTime.format(step.at),
+        "event": step.event,
         "what": step.what, "why": step.why, "effects": step.effects, "entitled": step.entitledAfter,
         "decision": step.decision?.outcome.rawValue ?? NSNull(), "code": step.decision?.code ?? NSNull(),
         "message": step.decision?.message ?? NSNull(), "decisionSeq": step.decisionSequence ?? NSNull(),
@@ -185,7 +186,7 @@ struct CheckpointCommand: Subcommand {
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let ledger = try openLedger(arguments)
-        let (text, checkpoint, _) = try ledger.makeCheckpoint()
+        let (text, checkpoint) = try ledger.makeCheckpoint()
         if let path = arguments.value("public-key-out") {
             try writeFile(Data(try ledger.signingKey().publicKey.pem.utf8), to: path)
         }

@@ -106,8 +106,10 @@ struct LogCommand: Subcommand {
     static let usage = """
         Usage: ledger log [--from SEQ] [--limit N] [--store DIR]
 
-        Prints each record (envelope and event) as one JSON object per line, from sequence SEQ
-        (default 1), at most N records (default all). Accounts appear as pseudonyms, lineages as keyed hashes.
+        Prints each record as one JSON object per line, from sequence SEQ (default 1), at most N records
+        (default all): seq, recordedAt (the ledger's clock), at (the business time of the attempt), command
+        (its idempotency key), attempt, and events (fact first, effects, decision last). Accounts appear as
+        pseudonyms, lineages as keyed hashes.
         """
     static let options: Set<String> = ["from", "limit"]
 
@@ -117,9 +119,9 @@ struct LogCommand: Subcommand {
         let limit = try arguments.integer("limit") ?? .max
         var printed = 0
         guard limit > 0 else { return .success }
-        try store.read { session in
-            try session.forEachRecord(from: max(from, 1)) { record in
-                console.out(JSONLine.render(RecordJSON.render(record)))
+        try store.read { reader in
+            try reader.forEachRecord(from: max(from, 1), through: .max) { sequence, bytes in
+                console.out(JSONLine.render(RecordJSON.render(try RecordCodec.decode(bytes, sequence: sequence))))
                 printed += 1
                 return printed < limit
             }
@@ -153,13 +155,14 @@ struct VerifyCommand: Subcommand {
         let checkpoint = try ledger.flatMap { try CheckpointVerification.run($0, arguments: arguments) }
         let report = try store.replay(progress: Progress.reporter(console: console, label: "verify"))
         var object: JSONObject = [
-            "intact": report.isIntact, "verifiedRecords": report.verifiedRecords,
+            "intact": report.isIntact, "verifiedRecords": report.verifiedRecords, "events": report.events,
             "invariantViolations": report.violations.map { ["invariant": $0.invariant, "seq": $0.sequence, "message": $0.message] },
             "readModelDifferences": report.readModelDifferences, "indexDifferences": report.indexDifferences,
         ]
         if let fault = report.chainFault {
             object["firstBadSeq"] = fault.sequence
-            object["chainFault"] = fault.reason
+            object["lastBadSeq"] = fault.through
+            object["chainFault"] = fault.description
         }
         if let (checked, verified) = checkpoint {
             object["checkpoint"] = checked
@@ -196,7 +199,7 @@ struct RebuildCommand: Subcommand {
             "records": report.verifiedRecords, "differences": report.readModelDifferences,
             "indexDifferences": report.indexDifferences,
             "repaired": !arguments.flags.contains("check") && !(report.readModelDifferences.isEmpty && report.indexDifferences.isEmpty),
-            "lineages": report.state.lineages.count, "accounts": report.state.accountLineages.count,
+            "lineages": report.lineages, "accounts": report.accounts, "events": report.events,
         ]
         if let fault = report.chainFault { object["chainFault"] = fault.description }
         console.out(JSONLine.render(object))
@@ -216,12 +219,13 @@ struct StatsCommand: Subcommand {
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let store = try LedgerStore(opening: arguments.store)
-        let (head, databases) = try store.read { session in (try session.head(), try session.statistics()) }
+        let (head, databases) = try store.read { reader in (try reader.head(), try reader.statistics()) }
         let dataFile = store.directory.appendingPathComponent("data.mdb").path
         let fileSize = try FileAccess.size(dataFile)
         console.out(
             JSONLine.render([
-                "records": head.sequence, "headSeq": head.sequence, "headHash": head.hash.hex,
+                "records": head.sequence, "headSeq": head.sequence, "headHash": head.chainHash.hex,
+                "headRecordedAt": head.sequence == 0 ? NSNull() : LedgerTime.format(head.recordedAt),
                 "formatVersion": Int(LedgerStore.formatVersion), "dataFileBytes": fileSize,
                 "databases": Dictionary(uniqueKeysWithValues: databases.map { ($0.name, ["entries": $0.entries, "bytes": $0.bytes]) }),
             ]))

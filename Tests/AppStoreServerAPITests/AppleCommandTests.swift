@@ -153,7 +153,7 @@ import Testing
         f.server.release()
         #expect(try cli.run(["verify"]).status == 0, "the store is whole after the kill")
         let log = try cli.run(["log"]).lines.map(Fixtures.object)
-        #expect(log.filter { $0["event"] as? String == "notification-received" }.count == 4)
+        #expect(log.filter { ($0["events"] as? [[String: Any]])?.first?["event"] as? String == "notification-received" }.count == 4)
 
         f.server.clearFaults()
         let rerun = try cli.backfill(since: f.now - 20 * f.day)

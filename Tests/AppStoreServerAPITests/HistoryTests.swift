@@ -34,7 +34,7 @@ import Testing
         #expect(try f.ledger.binding(originalTransactionId: Self.otid).state == "tombstoned")
         #expect(try f.ledger.account(uid: "alice").known == false)
         let appended = try f.ledger.store.records(from: afterDeletion + 1)
-        #expect(appended.map(\.event.name) == Array(repeating: ["transaction-submitted", "decision-issued"], count: 3).flatMap { $0 })
+        #expect(appended.map { $0.events.map(\.name) } == Array(repeating: ["transaction-submitted", "decision-issued"], count: 3))
         // The requests: subscriptions only, oldest first, the revision of the previous page, the id in the path.
         let requests = f.server.requests
         #expect(requests.map(\.path) == Array(repeating: "/inApps/v2/history/\(Self.otid)", count: 2))
@@ -88,7 +88,7 @@ import Testing
         try f.apple("DID_RENEW", uuid: "5f1c2a44-uuid-never-stored", otid: Self.otid, transactionId: "2000000000000888", at: bought + 2)
         try f.ledger.reconcileTransactionHistory(originalTransactionId: Self.otid, from: try f.client())
         try f.ledger.backfillNotifications(from: try f.client(), since: bought, until: LedgerTime.now() + 1_000)
-        #expect(f.recordCount > 6)
+        #expect(f.recordCount >= 4, "one record per decided command")
         for identifier in [Self.otid, "2000000000000777", "2000000000000888", "5f1c2a44-uuid-never-stored", "alice"] {
             #expect(!Fixtures.anyFile(in: f.store, contains: identifier), "\(identifier) is in the store")
         }

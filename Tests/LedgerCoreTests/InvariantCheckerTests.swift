@@ -7,15 +7,15 @@ import Testing
 @Suite struct InvariantCheckerTests {
     typealias S = Samples
 
-    /// A history under construction: records numbered from 1.
+    /// A history under construction: records numbered from 1, each a command's events.
     struct History {
         var records: [Record] = []
 
-        /// Appends `event` and returns its sequence number.
+        /// Appends a record of `events` (fact first) and returns its sequence number.
         @discardableResult
-        mutating func add(_ event: LedgerEvent) -> UInt64 {
+        mutating func add(_ events: LedgerEvent...) -> UInt64 {
             let sequence = UInt64(records.count + 1)
-            records.append(Record(sequence: sequence, recordedAt: 0, eventId: .zero, previousHash: .zero, hash: .zero, event: event))
+            records.append(Record(sequence: sequence, recordedAt: 0, at: 0, command: .zero, attempt: 0, events: events))
             return sequence
         }
 
@@ -24,7 +24,7 @@ import Testing
 
     static func facts(purchasedAt purchase: Timestamp, key: UInt8 = 0x7E, revokedAt: Timestamp? = nil) -> TransactionFacts {
         TransactionFacts(
-            transactionKey: S.digest(key), productId: "com.myrecipes.premium.monthly", purchaseDate: purchase,
+            transactionKey: S.key(key), productId: "com.myrecipes.premium.monthly", purchaseDate: purchase,
             expiresDate: purchase + 1_000, revocationDate: revokedAt, ownership: .purchased, environment: "Sandbox",
             signedDate: purchase, provenance: .verifiedJWS)
     }
@@ -33,10 +33,10 @@ import Testing
         .transactionSubmitted(TransactionSubmitted(kind: kind, account: account, lineage: S.lineage, transaction: facts))
     }
 
-    static func notified(_ type: String, key: UInt8, _ facts: TransactionFacts) -> LedgerEvent {
+    static func notified(_ type: String, _ facts: TransactionFacts) -> LedgerEvent {
         .notificationReceived(
             NotificationReceived(
-                notificationKey: S.digest(key), notificationType: type, subtype: nil, signedDate: facts.signedDate, lineage: S.lineage,
+                notificationType: type, subtype: nil, signedDate: facts.signedDate, lineage: S.lineage,
                 transaction: facts))
     }
 
@@ -60,10 +60,9 @@ import Testing
     static func approvedTransfer() -> History {
         var history = History()
         let purchase = facts(purchasedAt: 1_000)
-        history.add(submitted(.purchase, by: S.alice, purchase))
-        history.add(.lineageBound(lineage: S.lineage, account: S.alice))
-        history.add(granted(S.alice, purchase))
-        history.add(.decisionIssued(DecisionIssued(reason: .bound, lineage: S.lineage, account: S.alice)))
+        history.add(
+            submitted(.purchase, by: S.alice, purchase), .lineageBound(lineage: S.lineage, account: S.alice), granted(S.alice, purchase),
+            .decisionIssued(DecisionIssued(reason: .bound, lineage: S.lineage, account: S.alice)))
         history.add(
             .staffEnrolled(StaffEnrolled(staff: "root", roles: .administrator, publicKey: [1], ownAccount: nil, enrolledBy: nil, signature: [])))
         history.add(
@@ -78,8 +77,7 @@ import Testing
     /// `approvedTransfer()` applied as the decider applies it: the old entitlement ends first.
     static func appliedTransfer() -> History {
         var history = approvedTransfer()
-        history.add(.entitlementEnded(lineage: S.lineage, account: S.alice, reason: .transferred))
-        history.add(applied())
+        history.add(.entitlementEnded(lineage: S.lineage, account: S.alice, reason: .transferred), applied())
         return history
     }
 
@@ -89,11 +87,10 @@ import Testing
     static func refundedPurchase() -> History {
         var history = History()
         let purchase = facts(purchasedAt: 1_000)
-        history.add(submitted(.purchase, by: S.alice, purchase))
-        history.add(.lineageBound(lineage: S.lineage, account: S.alice))
-        history.add(granted(S.alice, purchase))
-        history.add(notified("REFUND", key: 1, facts(purchasedAt: 1_000, revokedAt: 1_500)))
-        history.add(.entitlementRevoked(lineage: S.lineage, account: S.alice, revokedAt: 1_500))
+        history.add(submitted(.purchase, by: S.alice, purchase), .lineageBound(lineage: S.lineage, account: S.alice), granted(S.alice, purchase))
+        history.add(
+            notified("REFUND", facts(purchasedAt: 1_000, revokedAt: 1_500)),
+            .entitlementRevoked(lineage: S.lineage, account: S.alice, revokedAt: 1_500))
         return history
     }
 
@@ -101,14 +98,13 @@ import Testing
         var history = Self.refundedPurchase()
         let purchase = Self.facts(purchasedAt: 1_000)
         // The signed purchase replayed as a restore, and a renewal purchased exactly at the revocation.
-        history.add(Self.submitted(.restore, by: S.alice, purchase))
-        let replayed = history.add(Self.granted(S.alice, purchase))
+        let replayed = history.add(Self.submitted(.restore, by: S.alice, purchase), Self.granted(S.alice, purchase))
         // (That grant cleared the revocation in the projection; Apple refunds again.)
-        history.add(Self.notified("REFUND", key: 3, Self.facts(purchasedAt: 1_000, revokedAt: 1_500)))
-        history.add(.entitlementRevoked(lineage: S.lineage, account: S.alice, revokedAt: 1_500))
+        history.add(
+            Self.notified("REFUND", Self.facts(purchasedAt: 1_000, revokedAt: 1_500)),
+            .entitlementRevoked(lineage: S.lineage, account: S.alice, revokedAt: 1_500))
         let atRevocation = Self.facts(purchasedAt: 1_500, key: 0x7F)
-        history.add(Self.notified("DID_RENEW", key: 2, atRevocation))
-        let renewed = history.add(Self.granted(S.alice, atRevocation))
+        let renewed = history.add(Self.notified("DID_RENEW", atRevocation), Self.granted(S.alice, atRevocation))
         let violations = try history.violations
         #expect(violations.map(\.invariant) == [3, 3])
         #expect(violations.map(\.sequence) == [replayed, renewed])
@@ -118,14 +114,14 @@ import Testing
     @Test func aReversedRefundOrAPurchaseAfterTheRevocationGrantsAgain() throws {
         var history = Self.refundedPurchase()
         let purchase = Self.facts(purchasedAt: 1_000)
-        history.add(Self.notified("REFUND_REVERSED", key: 2, purchase))
-        history.add(.entitlementReinstated(lineage: S.lineage, account: S.alice))
-        history.add(Self.granted(S.alice, purchase))
-        history.add(Self.notified("REVOKE", key: 3, Self.facts(purchasedAt: 1_000, revokedAt: 1_600)))
-        history.add(.entitlementRevoked(lineage: S.lineage, account: S.alice, revokedAt: 1_600))
+        history.add(
+            Self.notified("REFUND_REVERSED", purchase), .entitlementReinstated(lineage: S.lineage, account: S.alice),
+            Self.granted(S.alice, purchase))
+        history.add(
+            Self.notified("REVOKE", Self.facts(purchasedAt: 1_000, revokedAt: 1_600)),
+            .entitlementRevoked(lineage: S.lineage, account: S.alice, revokedAt: 1_600))
         let newPurchase = Self.facts(purchasedAt: 1_601, key: 0x7F)
-        history.add(Self.submitted(.purchase, by: S.alice, newPurchase))
-        history.add(Self.granted(S.alice, newPurchase))
+        history.add(Self.submitted(.purchase, by: S.alice, newPurchase), Self.granted(S.alice, newPurchase))
         #expect(try history.violations == [])
     }
 
@@ -134,12 +130,11 @@ import Testing
     @Test func aNotificationReconciliationOrOtherAccountMustNotGrantTheTargetOfATransfer() throws {
         let renewal = Self.facts(purchasedAt: 2_000, key: 0x80)
         for cause in [
-            Self.notified("DID_RENEW", key: 4, renewal), Self.notified("REFUND_REVERSED", key: 5, renewal),
+            Self.notified("DID_RENEW", renewal), Self.notified("REFUND_REVERSED", renewal),
             Self.submitted(.reconciliation, by: nil, renewal), Self.submitted(.restore, by: S.alice, renewal),
         ] {
             var history = Self.appliedTransfer()
-            history.add(cause)
-            let grant = history.add(Self.granted(S.bob, renewal))
+            let grant = history.add(cause, Self.granted(S.bob, renewal))
             #expect(try history.violations.map(\.invariant) == [4], "\(cause.name)")
             #expect(try history.violations.map(\.sequence) == [grant])
             #expect(try history.violations.first?.message.contains("without a verified restore") == true)
@@ -149,11 +144,9 @@ import Testing
     @Test func theTargetsOwnVerifiedRestoreGrantsAfterATransfer() throws {
         var history = Self.appliedTransfer()
         let renewal = Self.facts(purchasedAt: 2_000, key: 0x80)
-        history.add(Self.submitted(.restore, by: S.bob, renewal))
-        history.add(Self.granted(S.bob, renewal))
+        history.add(Self.submitted(.restore, by: S.bob, renewal), Self.granted(S.bob, renewal))
         let next = Self.facts(purchasedAt: 3_000, key: 0x81)
-        history.add(Self.notified("DID_RENEW", key: 4, next))
-        history.add(Self.granted(S.bob, next))
+        history.add(Self.notified("DID_RENEW", next), Self.granted(S.bob, next))
         #expect(try history.violations == [])
     }
 
@@ -163,7 +156,7 @@ import Testing
         #expect(try Self.appliedTransfer().violations == [])
         for changed in [
             TransferPlan(
-                caseId: "CASE-1", lineage: LineageKey(S.digest(0xB2)), source: .bound(S.alice), target: S.bob, lineageVersion: 3,
+                caseId: "CASE-1", lineage: LineageKey(S.key(0xB2)), source: .bound(S.alice), target: S.bob, lineageVersion: 3,
                 targetAuthentication: "reauth", ownershipEvidence: "order MQ1", reason: "lost phone"),
             TransferPlan(
                 caseId: "CASE-1", lineage: S.lineage, source: .tombstoned(S.alice), target: S.bob, lineageVersion: 3,
@@ -173,8 +166,7 @@ import Testing
                 targetAuthentication: "reauth", ownershipEvidence: "order MQ1", reason: "lost phone"),
         ] {
             var history = Self.approvedTransfer()
-            history.add(.entitlementEnded(lineage: S.lineage, account: S.alice, reason: .transferred))
-            let apply = history.add(Self.applied(changed))
+            let apply = history.add(.entitlementEnded(lineage: S.lineage, account: S.alice, reason: .transferred), Self.applied(changed))
             let violations = try history.violations.filter { $0.invariant == 5 }
             #expect(violations.map(\.sequence) == [apply], "\(changed)")
             #expect(violations.first?.message.contains("other than its approved plan") == true)
@@ -200,19 +192,27 @@ import Testing
     @Test func anAccountDeletedWhileStillBoundIsFlagged() throws {
         var history = History()
         let purchase = Self.facts(purchasedAt: 1_000)
-        history.add(Self.submitted(.purchase, by: S.alice, purchase))
-        history.add(.lineageBound(lineage: S.lineage, account: S.alice))
-        history.add(Self.granted(S.alice, purchase))
+        history.add(
+            Self.submitted(.purchase, by: S.alice, purchase), .lineageBound(lineage: S.lineage, account: S.alice),
+            Self.granted(S.alice, purchase))
         var tombstoned = history
-        history.add(.accountDeletionRequested(account: S.alice))
-        let deleted = history.add(.accountDeleted(account: S.alice))
+        let deleted = history.add(.accountDeletionRequested(account: S.alice), .accountDeleted(account: S.alice))
         #expect(try history.violations.map(\.invariant) == [1])
         #expect(try history.violations.map(\.sequence) == [deleted])
 
-        tombstoned.add(.accountDeletionRequested(account: S.alice))
-        tombstoned.add(.entitlementEnded(lineage: S.lineage, account: S.alice, reason: .accountDeleted))
-        tombstoned.add(.lineageTombstoned(lineage: S.lineage, formerAccount: S.alice))
-        tombstoned.add(.accountDeleted(account: S.alice))
+        tombstoned.add(
+            .accountDeletionRequested(account: S.alice), .entitlementEnded(lineage: S.lineage, account: S.alice, reason: .accountDeleted),
+            .lineageTombstoned(lineage: S.lineage, formerAccount: S.alice), .accountDeleted(account: S.alice))
         #expect(try tombstoned.violations == [])
+    }
+
+    /// An effect in a record of its own has no cause: each record's effects are judged by its own fact.
+    @Test func anEffectIsJudgedByTheFactOfItsOwnRecord() throws {
+        var history = History()
+        let purchase = Self.facts(purchasedAt: 1_000)
+        history.add(Self.submitted(.purchase, by: S.alice, purchase))
+        let orphan = history.add(.lineageBound(lineage: S.lineage, account: S.alice))
+        #expect(try history.violations.map(\.invariant) == [2])
+        #expect(try history.violations.map(\.sequence) == [orphan])
     }
 }

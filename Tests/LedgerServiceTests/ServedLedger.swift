@@ -102,7 +102,7 @@ final class ServedLedger: @unchecked Sendable {
 
         init(_ ledger: Ledger) {
             Thread {
-                _ = try? ledger.store.write { _ in
+                _ = try? ledger.store.write { _, _ in
                     self.entered.signal()
                     self.released.wait()
                 }

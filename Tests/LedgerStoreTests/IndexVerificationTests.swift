@@ -6,14 +6,14 @@ import Testing
 
 @testable import LedgerStore
 
-/// `verify` and `rebuild` check the LMDB indexes forensics, retries and plan staleness trust, and
+/// `verify` and `rebuild` check the indexes forensics, retries and plan staleness trust, and
 /// `rebuild` repairs them from the log.
 @Suite struct IndexVerificationTests {
     let t = Fixtures.start
     let day = Fixtures.day
-    typealias DB = LedgerStore.Database
 
-    /// Purchases by alice, bob and carol (lineages "1", "2", "3"), then carol's account deletion.
+    /// Purchases by alice, bob and carol (lineages "1", "2", "3", records 1–3), then carol's
+    /// account deletion (record 4).
     func populatedLedger(purchases: Int = 3) throws -> (Ledger, TemporaryDirectory) {
         let (ledger, directory) = try Fixtures.ledger()
         let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
@@ -29,9 +29,13 @@ import Testing
         return (ledger, directory)
     }
 
-    func firstRecord(in ledger: Ledger, where matches: (LedgerEvent) -> Bool) throws -> Record {
-        let record = try ledger.store.records().first { matches($0.event) }
-        return try #require(record)
+    func damage(_ ledger: Ledger, removing removed: [IndexEntry] = [], adding added: [IndexEntry] = []) throws {
+        try ledger.store.engine.withWriteAccess { access in
+            try access.remove(removed)
+            var batch = EngineBatch()
+            batch.entries = added
+            try access.apply(batch)
+        }
     }
 
     /// What forensics answers about a lineage: the records it finds, the timeline and the explanation.
@@ -48,6 +52,7 @@ import Testing
         let report = try ledger.store.replay()
         #expect(report.indexDifferences == [])
         #expect(report.isIntact)
+        #expect(report.verifiedRecords == 4)
         #expect(try ledger.store.rebuildReadModels(repair: true).indexDifferences == [])
         #expect(try ledger.store.replay().isIntact)
     }
@@ -55,19 +60,17 @@ import Testing
     @Test func aMissingLineageEntryIsReportedAndRebuildRestoresIt() throws {
         let (ledger, directory) = try populatedLedger()
         defer { directory.remove() }
-        let tombstone = try firstRecord(in: ledger) { if case .lineageTombstoned = $0 { true } else { false } }
-        let lineage = try #require(tombstone.event.lineage)
+        let lineage = try ledger.lineage(originalTransactionId: "3")
         let before = try forensics(ledger, uid: "carol", originalTransactionId: "3")
         let binding = try ledger.binding(originalTransactionId: "3")
-        #expect(before[0].contains("\(tombstone.sequence)"))
+        #expect(before[0] == "[3, 4]")
 
-        let removed = try ledger.store.environment.write { txn in try txn.delete(DB.lineages, lineage.digest.bytes + u64Bytes(tombstone.sequence)) }
-        #expect(removed)
+        try damage(ledger, removing: [.lineage(lineage, sequence: 4)])
         // Forensics no longer silently omits the record: it refuses the damaged index.
         #expect(throws: LedgerStoreError.self) { try forensics(ledger, uid: "carol", originalTransactionId: "3") }
         let damaged = try ledger.store.replay()
         #expect(damaged.chainFault == nil && damaged.violations.isEmpty && damaged.readModelDifferences.isEmpty)
-        #expect(damaged.indexDifferences == ["lineage-index: missing entry for record \(tombstone.sequence) (lineage \(lineage.digest.hex))"])
+        #expect(damaged.indexDifferences == ["lineages: missing entry for record 4 (lineage \(lineage))"])
         #expect(!damaged.isIntact)
 
         #expect(try ledger.store.rebuildReadModels(repair: false).indexDifferences.count == 1)
@@ -79,106 +82,92 @@ import Testing
         #expect(try ledger.binding(originalTransactionId: "3") == binding)
     }
 
-    @Test func aBogusAccountEntryIsReportedAndRemoved() throws {
+    @Test func aBogusAccountLineageIsReportedAndRemoved() throws {
         let (ledger, directory) = try populatedLedger()
         defer { directory.remove() }
-        let alice = try #require(try ledger.store.read { try $0.pseudonym(ofUID: "alice") })
-        let bobsPurchase = try firstRecord(in: ledger) {
-            if case .transactionSubmitted(let e) = $0 { e.account != alice } else { false }
-        }
-        let aliceBefore = try ledger.store.read { try $0.sequences(ofAccount: alice) }
+        let alice = try #require(try ledger.store.read { try ledger.store.pseudonym(ofUID: "alice", in: $0) })
+        let bobs = try ledger.lineage(originalTransactionId: "2")
         let before = try ledger.account(uid: "alice")
-        try ledger.store.environment.write { txn in try txn.put(DB.accounts, alice.bytes + u64Bytes(bobsPurchase.sequence), []) }
-        #expect(try ledger.store.read { try $0.sequences(ofAccount: alice) } != aliceBefore)
+        try damage(ledger, adding: [.accountLineage(alice, bobs, sequence: 2)])
 
         let damaged = try ledger.store.replay()
-        #expect(damaged.indexDifferences == ["account-index: unexpected entry for record \(bobsPurchase.sequence) (account \(alice.bytes.hex))"])
+        #expect(damaged.indexDifferences == ["account-lineages: unexpected entry for record 2 (account \(alice), lineage \(bobs))"])
         #expect(!damaged.isIntact)
         _ = try ledger.store.rebuildReadModels(repair: true)
         #expect(try ledger.store.replay().isIntact)
-        #expect(try ledger.store.read { try $0.sequences(ofAccount: alice) } == aliceBefore)
         #expect(try ledger.account(uid: "alice") == before)
     }
 
-    @Test func anEventIdPointingAtTheWrongRecordIsReportedAndRepaired() throws {
+    /// A command entry moved to another record: the retry of that command would not be recognised.
+    @Test func aCommandEntryPointingAtTheWrongRecordIsReportedAndRepaired() throws {
         let (ledger, directory) = try populatedLedger()
         defer { directory.remove() }
-        let records = try ledger.store.records()
-        let record = records[5]
-        try ledger.store.environment.write { txn in try txn.put(DB.eventIds, record.eventId.bytes, u64Bytes(record.sequence + 1)) }
-        #expect(try ledger.store.read { try $0.sequence(ofEvent: record.eventId) } == record.sequence + 1)
-
+        let record = try #require(try ledger.store.records().first)
+        try damage(ledger, removing: [.command(record.command, sequence: 1)], adding: [.command(record.command, sequence: 2)])
         let damaged = try ledger.store.replay()
-        #expect(damaged.indexDifferences == ["event-ids: entry for record \(record.sequence) points to \(record.sequence + 1)"])
-        _ = try ledger.store.rebuildReadModels(repair: true)
-        #expect(try ledger.store.replay().isIntact)
-        #expect(try ledger.store.read { try $0.sequence(ofEvent: record.eventId) } == record.sequence)
-    }
-
-    @Test func missingAndUnexpectedEventIdsAreReported() throws {
-        let (ledger, directory) = try populatedLedger()
-        defer { directory.remove() }
-        let record = try ledger.store.records()[2]
-        let stranger = [UInt8](repeating: 0xAB, count: 32)
-        try ledger.store.environment.write { txn in
-            try txn.delete(DB.eventIds, record.eventId.bytes)
-            try txn.put(DB.eventIds, stranger, u64Bytes(1))
-        }
-        let damaged = try ledger.store.replay()
+        let prefix = String(record.command.hex.prefix(16))
         #expect(
             damaged.indexDifferences == [
-                "event-ids: unexpected entry \(stranger.hex) pointing to record 1", "event-ids: missing entry for record \(record.sequence)",
+                "commands: unexpected entry for record 2 (command \(prefix))", "commands: missing entry for record 1 (command \(prefix))",
             ])
         _ = try ledger.store.rebuildReadModels(repair: true)
         #expect(try ledger.store.replay().isIntact)
+        // The retry is recognised again: it appends nothing.
+        let retry = SubmitProtocol(ledger: ledger, trustDecoded: true).respond(
+            to: Fixtures.line(["type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1", at: t), "at": t]))
+        #expect(Fixtures.object(retry)["duplicate"] as? Bool == true, "\(retry)")
+        #expect(try ledger.store.head().sequence == 4)
     }
 
-    @Test func submissionsNamingNoRecordOrTheWrongOneAreReportedButNeverChanged() throws {
-        let (ledger, directory) = try populatedLedger()
+    /// A changed Merkle node is index damage when the records still match the head's chain.
+    @Test func aDamagedMerkleNodeIsReportedAndRebuilt() throws {
+        let (ledger, directory) = try populatedLedger(purchases: 300)
         defer { directory.remove() }
-        let head = try ledger.store.head().sequence
-        let ghost = Digest32([UInt8](repeating: 0xCD, count: 32)) ?? .zero
-        // A real first attempt (alice's purchase starts at record 1) moved to bob's purchase.
-        let alicesSubmission = try ledger.store.records()[0].eventId
-        try ledger.store.write { session in
-            try session.recordAttempt(of: ghost, attempt: 2, firstSequence: head + 50)
-            try session.recordAttempt(of: alicesSubmission, attempt: 0, firstSequence: 5)
-        }
-        let expected = [
-            "submissions: entry \(alicesSubmission.hex) (first attempt) points to record 5, whose event id is not the submission key",
-            "submissions: entry \(ghost.hex) points to record \(head + 50), which does not exist",
-        ].sorted()
-        #expect(try ledger.store.replay().indexDifferences.sorted() == expected)
+        let node = try #require(try ledger.store.read { try $0.merkleNode(level: 8, index: 0) })
+        let bogus = Digest32([UInt8](repeating: 0x42, count: 32)) ?? .zero
+        try damage(ledger, removing: [.merkleNode(level: 8, index: 0, hash: node)], adding: [.merkleNode(level: 8, index: 0, hash: bogus)])
+        let damaged = try ledger.store.replay()
+        #expect(damaged.chainFault == nil, "the records themselves are intact")
+        #expect(damaged.indexDifferences == ["merkle: unexpected node of records 1 to 256", "merkle: missing node of records 1 to 256"])
         _ = try ledger.store.rebuildReadModels(repair: true)
-        #expect(try ledger.store.replay().indexDifferences.sorted() == expected, "submissions cannot be rebuilt from the log")
-        #expect(try ledger.store.read { try $0.latestAttempt(of: ghost)?.firstSequence } == head + 50)
+        #expect(try ledger.store.replay().isIntact)
+        #expect(try ledger.store.read { try $0.merkleNode(level: 8, index: 0) } == node)
     }
 
     @Test func aLongListIsCappedWithACount() throws {
-        let (ledger, directory) = try populatedLedger(purchases: 30)
+        let (ledger, directory) = try populatedLedger(purchases: 120)
         defer { directory.remove() }
         let records = try ledger.store.records()
         #expect(records.count > 110)
-        try ledger.store.environment.write { txn in
-            for record in records { try txn.delete(DB.eventIds, record.eventId.bytes) }
-        }
+        try damage(ledger, removing: records.map { .command($0.command, sequence: $0.sequence) })
         let damaged = try ledger.store.replay()
         #expect(damaged.indexDifferences.count == 101)
-        #expect(damaged.indexDifferences.first == "event-ids: missing entry for record 1")
+        #expect(damaged.indexDifferences.first?.hasPrefix("commands: missing entry for record 1 ") == true)
         #expect(damaged.indexDifferences.last == "… and \(records.count - 100) more")
         _ = try ledger.store.rebuildReadModels(repair: true)
         #expect(try ledger.store.replay().isIntact)
-        #expect(try ledger.store.read { try $0.sequence(ofEvent: records[records.count - 1].eventId) } == UInt64(records.count))
     }
 
-    /// Entries of records past a broken link are not judged: the chain fault is the report.
+    @Test func aMalformedEntryIsReportedAndRemoved() throws {
+        let (ledger, directory) = try populatedLedger()
+        defer { directory.remove() }
+        try ledger.store.engine.withWriteAccess { access in
+            _ = try [UInt8]([1, 2, 3]).withUnsafeBytes { key in try [UInt8]([4]).withUnsafeBytes { try access.txn.put(access.db.lineages, key, $0) } }
+        }
+        let damaged = try ledger.store.replay()
+        #expect(damaged.indexDifferences == ["lineages: unexpected malformed entry (3-byte key 010203, 1-byte value)"])
+        _ = try ledger.store.rebuildReadModels(repair: true)
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    /// Entries of records past a broken chain are not judged: the chain fault is the report.
     @Test func entriesBeyondABrokenChainAreNotJudged() throws {
         let (ledger, directory) = try populatedLedger()
         defer { directory.remove() }
-        let head = try ledger.store.head().sequence
-        _ = try ledger.store.environment.write { txn in try txn.delete(DB.log, u64Bytes(head - 1)) }
+        try ledger.store.engine.withWriteAccess { access in _ = try KeyBuffer(UInt64(3)).with { try access.txn.delete(access.db.log, $0) } }
         let report = try ledger.store.replay()
-        #expect(report.chainFault?.sequence == head - 1)
+        #expect(report.chainFault?.sequence == 3)
+        #expect(report.verifiedRecords == 2)
         #expect(report.indexDifferences == [])
     }
 
@@ -186,10 +175,9 @@ import Testing
         let (ledger, directory) = try populatedLedger()
         defer { directory.remove() }
         let store = ledger.store.directory.path
-        let granted = try firstRecord(in: ledger) { if case .entitlementGranted = $0 { true } else { false } }
-        let lineage = try #require(granted.event.lineage)
-        _ = try ledger.store.environment.write { txn in try txn.delete(DB.lineages, lineage.digest.bytes + u64Bytes(granted.sequence)) }
-        let line = "lineage-index: missing entry for record \(granted.sequence) (lineage \(lineage.digest.hex))"
+        let lineage = try ledger.lineage(originalTransactionId: "2")
+        try damage(ledger, removing: [.lineage(lineage, sequence: 2)])
+        let line = "lineages: missing entry for record 2 (lineage \(lineage))"
 
         let verify = try LedgerBinary.run(["verify", "--store", store])
         #expect(verify.status == 1, "\(verify.stdout) \(verify.stderr)")
@@ -214,8 +202,8 @@ import Testing
 }
 
 @Suite struct ForensicsIndexGuardTests {
-    /// With a lineage-index entry missing, replay, explain and dispute export refuse instead of
-    /// telling (or signing) a history without it.
+    /// With a lineage entry missing, replay, explain and dispute export refuse instead of telling
+    /// (or signing) a history without it.
     @Test func forensicsRefuseADamagedLineageIndex() throws {
         let (ledger, directory) = try Fixtures.ledger()
         defer { directory.remove() }
@@ -225,11 +213,7 @@ import Testing
         _ = submit.respond(to: Fixtures.line(["type": "delete-account", "account": "ann", "at": t + 1]))
         let lineage = try ledger.lineage(originalTransactionId: "77")
         #expect(try ledger.replayLineage(originalTransactionId: "77").isEmpty == false)
-        let tombstone = try #require(
-            try ledger.store.records().first { if case .lineageTombstoned = $0.event { return true } else { return false } })
-        try ledger.store.environment.write { txn in
-            _ = try txn.delete(LedgerStore.Database.lineages, lineage.digest.bytes + u64Bytes(tombstone.sequence))
-        }
+        try ledger.store.engine.withWriteAccess { try $0.remove([.lineage(lineage, sequence: 2)]) }
         #expect(throws: LedgerStoreError.self) { try ledger.replayLineage(originalTransactionId: "77") }
         let store = directory.path("store").path
         let export = try LedgerBinary.run([

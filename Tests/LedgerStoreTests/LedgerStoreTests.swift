@@ -8,93 +8,112 @@ import Testing
 
 @testable import LedgerStore
 
-enum RecordFixtures {
-    static let someAccount = AccountID([UInt8](repeating: 1, count: 16)) ?? AccountID(Array(repeating: 2, count: 16)).unsafelyUnwrapped
-}
-
 @Suite struct LedgerStoreTests {
     let directory = TemporaryDirectory()
 
     func newStore() throws -> LedgerStore { try LedgerStore.create(at: directory.path("store"), configuration: [1, 2, 3]) }
 
-    func event(_ index: Int, lineage: LineageKey? = nil, product: String = "com.myrecipes.premium.monthly") throws -> PendingEvent {
-        let lineage = try lineage ?? LineageKey(Digest32(Digest.sha256(Array("lineage-\(index)".utf8))) ?? .zero)
-        let account = try AccountID(Array(Digest.sha256(Array("account-\(index)".utf8)).prefix(16)))
-        return PendingEvent(
-            eventId: Digest32(try Digest.sha256(Array("event-\(index)".utf8))) ?? .zero, recordedAt: 1_000 + Int64(index),
-            event: .entitlementGranted(
-                EntitlementGranted(
-                    lineage: lineage, account: account ?? RecordFixtures.someAccount, productId: product,
-                    expiresAt: 5_000)))
+    /// A 16-byte key of `index` (any distinct value will do).
+    static func key(_ index: Int, _ salt: UInt64) -> Key128 { Key128(high: UInt64(index), low: salt) }
+    static func account(_ index: Int) -> AccountID { AccountID(key(index, 0xACC)) }
+    static func lineage(_ index: Int) -> LineageKey { LineageKey(key(index, 0x11E)) }
+
+    /// A grant to account `index` on lineage `index`.
+    static func events(_ index: Int, product: String = "com.myrecipes.premium.monthly") -> [LedgerEvent] {
+        [.entitlementGranted(EntitlementGranted(lineage: lineage(index), account: account(index), productId: product, expiresAt: 5_000))]
+    }
+
+    /// Appends one record per element of `indexes`, recorded at `recordedAt`, in one write group.
+    @discardableResult
+    static func append(_ store: LedgerStore, _ indexes: some Sequence<Int>, recordedAt: Timestamp = 1_000, product: (Int) -> String = { _ in "p" })
+        throws -> [Record]
+    {
+        try store.write { reader, writer in
+            var appender = try LogAppender(head: try reader.head())
+            let records = try indexes.map { index in
+                try appender.append(
+                    recordedAt: recordedAt, at: recordedAt, command: Key128(high: UInt64(index), low: 1), attempt: 0,
+                    events: events(index, product: product(index)))
+            }
+            try writer.apply(appender.batch)
+            return records
+        }
     }
 
     @Test func appendAssignsGaplessSequencesAndChainsHashes() throws {
         let store = try newStore()
         defer { directory.remove() }
-        let first = try store.append([event(1), event(2)])
-        let second = try store.append([event(3)])
-        #expect(first == AppendResult(sequences: [1, 2], appended: true))
-        #expect(second == AppendResult(sequences: [3], appended: true))
-        let records = try store.records()
-        #expect(records.map(\.sequence) == [1, 2, 3])
-        #expect(records[0].previousHash == .zero)
-        #expect(records[1].previousHash == records[0].hash)
-        #expect(records[2].previousHash == records[1].hash)
-        #expect(try store.head().hash == records[2].hash)
-        #expect(try store.replay().chainFault == nil)
-    }
-
-    @Test func reappendingTheSameEventsReturnsTheOriginalSequencesAndAppendsNothing() throws {
-        let store = try newStore()
-        defer { directory.remove() }
-        try store.append([event(1), event(2)])
-        let again = try store.append([event(1), event(2)])
-        #expect(again == AppendResult(sequences: [1, 2], appended: false))
-        #expect(try store.head().sequence == 2)
-    }
-
-    @Test func reappendingAnEventIdWithDifferentContentIsAConflict() throws {
-        let store = try newStore()
-        defer { directory.remove() }
-        try store.append([event(1)])
-        var changed = try event(1, product: "com.myrecipes.premium.yearly")
-        changed.recordedAt = 9
-        #expect(throws: LedgerStoreError.conflictingEvent(eventId: changed.eventId, sequence: 1)) {
-            try store.append([changed])
+        let first = try Self.append(store, [1, 2])
+        let second = try Self.append(store, [3])
+        #expect(first.map(\.sequence) == [1, 2])
+        #expect(second.map(\.sequence) == [3])
+        #expect(try store.records() == first + second)
+        let hasher = try LogHasher()
+        var chain = Digest32.zero
+        var frontier: [Digest32] = []
+        for (index, record) in (first + second).enumerated() {
+            let leaf = try hasher.leafHash(RecordCodec.encode(record))
+            chain = try hasher.chain(chain, sequence: record.sequence, leaf: leaf)
+            try MerkleLog.append(leaf, count: UInt64(index), frontier: &frontier, hasher: hasher) { _, _, _ in }
         }
-        #expect(try store.head().sequence == 1)
+        let head = try store.head()
+        #expect(head.chainHash == chain && head.frontier == frontier && head.sequence == 3)
+        let report = try store.replay()
+        #expect(report.chainFault == nil && report.indexDifferences.isEmpty && report.verifiedRecords == 3)
     }
 
-    @Test func staleLineageVersionIsRejectedAndAppendsNothing() throws {
+    /// `recordedAt` never goes backwards, whatever the clock says: "recorded at or before T" stays a prefix.
+    @Test func aRecordIsNeverRecordedBeforeTheOneBeforeIt() throws {
         let store = try newStore()
         defer { directory.remove() }
-        let lineage = LineageKey(Digest32([UInt8](repeating: 7, count: 32)) ?? .zero)
-        let version = try store.read { try $0.lineageVersion(lineage) }
-        #expect(version == 0)
-        try store.append([event(1, lineage: lineage)], expectedVersions: [lineage: 0])
-        #expect(throws: LedgerStoreError.staleLineageVersion(lineage: lineage, expected: 0, actual: 1)) {
-            try store.append([event(2, lineage: lineage)], expectedVersions: [lineage: 0])
+        try Self.append(store, [1], recordedAt: 5_000)
+        let late = try Self.append(store, [2], recordedAt: 1_000)
+        #expect(late.map(\.recordedAt) == [5_000])
+        #expect(try store.read { try $0.lastSequence(recordedAtOrBefore: 4_999) } == 0)
+        #expect(try store.read { try $0.lastSequence(recordedAtOrBefore: 5_000) } == 2)
+    }
+
+    /// Roots and proofs from stored nodes and the frontier equal those over every leaf.
+    @Test func merkleRootsAndProofsFromStoredNodesMatchTheWholeTree() throws {
+        let store = try newStore()
+        defer { directory.remove() }
+        try Self.append(store, 1...700)
+        let hasher = try LogHasher()
+        let leaves = try store.records().map { try hasher.leafHash(RecordCodec.encode($0)).bytes }
+        try store.read { reader throws in
+            for size in [1, 255, 256, 257, 511, 512, 700] as [UInt64] {
+                #expect(
+                    try MerkleLog.root(size: size, reader: reader, hasher: hasher).bytes
+                        == MerkleTree.root(leafHashes: Array(leaves.prefix(Int(size)))))
+            }
+            #expect(try MerkleLog.root(frontier: try reader.head().frontier, hasher: hasher).bytes == MerkleTree.root(leafHashes: leaves))
+            for sequence in [1, 256, 257, 600, 700] as [UInt64] {
+                #expect(
+                    try MerkleLog.inclusionProof(of: sequence, size: 700, reader: reader, hasher: hasher)
+                        == MerkleTree.inclusionProof(index: Int(sequence - 1), leafHashes: leaves))
+            }
+            #expect(
+                try MerkleLog.consistencyProof(from: 300, to: 700, reader: reader, hasher: hasher)
+                    == MerkleTree.consistencyProof(oldSize: 300, leafHashes: leaves))
         }
-        try store.append([event(3, lineage: lineage)], expectedVersions: [lineage: 1])
-        #expect(try store.read { try $0.sequences(ofLineage: lineage) } == [1, 2])
     }
 
     @Test func theMapGrowsWhenItFills() throws {
-        let store = try LedgerStore.create(at: directory.path("store"), configuration: [], initialMapSize: 1 << 20)
+        let store = try LedgerStore.create(at: directory.path("store"), configuration: [], keyFiles: nil, initialMapSize: 1 << 20)
         defer { directory.remove() }
-        let before = store.environment.mapSize
+        let before = store.engine.environment.mapSize
         let big = String(repeating: "x", count: 20_000)
-        for batch in 0..<20 {
-            try store.append((0..<50).map { try event(batch * 50 + $0, product: big) })
-        }
-        #expect(store.environment.mapSize > before)
+        for batch in 0..<20 { try Self.append(store, (batch * 50)..<(batch * 50 + 50), product: { "\($0)" + big }) }
+        #expect(store.engine.environment.mapSize > before)
         #expect(try store.head().sequence == 1_000)
         #expect(try store.replay().chainFault == nil)
     }
 
-    @Test func aFlippedByteIsReportedWithItsSequenceNumber() throws {
+    /// A byte changed in place is located to the block of records whose stored Merkle node no
+    /// longer matches them (format 2 keeps no hash per record).
+    @Test func aFlippedByteIsLocatedToItsBlockOfRecords() throws {
         let store = try newStore()
-        try store.append((1...5).map { try event($0, product: "product-\($0)-marker") })
+        try Self.append(store, 1...300, product: { "product-\($0)-marker" })
         let dataFile = directory.path("store/data.mdb")
         var data = try Data(contentsOf: dataFile)
         // Flip the marker wherever LMDB keeps a copy of the page (old copies linger in free pages).
@@ -102,8 +121,10 @@ enum RecordFixtures {
         try data.write(to: dataFile)
         let reopened = try LedgerStore(opening: directory.path("store"))
         let report = try reopened.replay()
-        #expect(report.chainFault?.sequence == 3)
-        #expect(report.verifiedRecords == 2)
+        #expect(report.chainFault?.sequence == 1)
+        #expect(report.chainFault?.through == 256)
+        #expect(report.chainFault?.reason.contains("bytes changed") == true)
+        #expect(report.verifiedRecords == 0)
         directory.remove()
     }
 
@@ -134,7 +155,11 @@ enum RecordFixtures {
     @Test func aStoreOfANewerFormatIsRefused() throws {
         let store = try newStore()
         defer { directory.remove() }
-        try store.environment.write { txn in try txn.put(LedgerStore.Database.meta, LedgerStore.Meta.formatVersion, u32Bytes(99)) }
+        try store.engine.withWriteAccess { access in
+            var batch = EngineBatch()
+            batch.meta = [(.formatVersion, u32Bytes(99))]
+            try access.apply(batch)
+        }
         #expect(throws: LedgerStoreError.newerFormat(found: 99, supported: LedgerStore.formatVersion)) {
             try LedgerStore(opening: directory.path("store"))
         }
@@ -144,14 +169,23 @@ enum RecordFixtures {
         let store = try newStore()
         defer { directory.remove() }
         let uid = "firebase-uid-SECRET-1234"
-        let account = try store.write { try $0.pseudonym(forUID: uid) }
-        #expect(try store.write { try $0.pseudonym(forUID: uid) } == account)
-        #expect(try store.read { try $0.uid(of: account) } == uid)
+        let issued = try store.issuePseudonym(forUID: uid)
+        try store.write { _, writer in
+            var batch = EngineBatch()
+            batch.vaultInserts = [(issued.vaultKey, issued.account, issued.sealedUID)]
+            try writer.apply(batch)
+        }
+        #expect(try store.read { try store.pseudonym(ofUID: uid, in: $0) } == issued.account)
+        #expect(try store.read { try store.uid(of: issued.account, in: $0) } == uid)
         #expect(!Fixtures.anyFile(in: directory.url, contains: uid))
-        try store.write { try $0.eraseIdentity(uid: uid) }
-        #expect(try store.read { try $0.pseudonym(ofUID: uid) } == nil)
-        #expect(try store.read { try $0.uid(of: account) } == nil)
-        #expect(try store.write { try $0.pseudonym(forUID: uid) } != account)
+        try store.write { _, writer in
+            var batch = EngineBatch()
+            batch.vaultErasures = [(issued.vaultKey, issued.account)]
+            try writer.apply(batch)
+        }
+        #expect(try store.read { try store.pseudonym(ofUID: uid, in: $0) } == nil)
+        #expect(try store.read { try store.uid(of: issued.account, in: $0) } == nil)
+        #expect(try store.issuePseudonym(forUID: uid).account != issued.account)
     }
 
     @Test func lineageKeysAreKeyedHashesOfPlatformEnvironmentAndId() throws {
@@ -200,12 +234,10 @@ enum RecordFixtures {
         _ = try ledger.submit(.transaction(.purchase, uid: "alice", try Fixtures.payload(Fixtures.transaction("1", at: t)), .trustedDecoded), at: t)
         let lineage = try ledger.lineage(originalTransactionId: "1")
         // Rewrite the lineage's persisted state as unbound, behind the ledger's back.
-        try ledger.store.environment.write { txn in
-            try txn.put(LedgerStore.Database.readModels, ReadModel.lineageKey(lineage), [0, 0])
-        }
+        try ledger.store.engine.withWriteAccess { try $0.putReadModels([(ReadModel.lineageKey(lineage), [0])]) }
         let damaged = try ledger.store.replay()
         #expect(damaged.chainFault == nil)
-        #expect(damaged.readModelDifferences == ["lineage \(lineage.digest.hex): differs"])
+        #expect(damaged.readModelDifferences == ["lineage \(lineage): persisted and replayed values differ"])
         #expect(!damaged.isIntact)
         let checked = try ledger.store.rebuildReadModels(repair: false)
         #expect(checked.readModelDifferences.count == 1)

@@ -15,7 +15,14 @@ import Testing
     var keyFile: URL { directory.path("store/\(SigningKey.fileName)") }
 
     func recorded(_ store: LedgerStore) throws -> [UInt8]? {
-        try store.environment.read { txn in try txn.get(LedgerStore.Database.meta, LedgerStore.Meta.signingKey) }
+        try store.read { try $0.meta(.signingKey) }
+    }
+
+    /// As a store created before signing keys existed: nothing recorded.
+    func forgetSigningKey(_ store: LedgerStore) throws {
+        try store.engine.withWriteAccess { access in
+            _ = try Array(MetaKey.signingKey.rawValue.utf8).withUnsafeBytes { try access.txn.delete(access.db.meta, $0) }
+        }
     }
 
     @Test func createRecordsTheFingerprintOfTheSigningKey() throws {
@@ -67,7 +74,7 @@ import Testing
         defer { directory.remove() }
         let store = try LedgerStore.create(at: storeURL, configuration: [])
         // As a store created before signing keys existed: no file, nothing recorded.
-        try store.environment.write { txn in _ = try txn.delete(LedgerStore.Database.meta, LedgerStore.Meta.signingKey) }
+        try forgetSigningKey(store)
         try FileManager.default.removeItem(at: keyFile)
         let created = try store.signingKey()
         #expect(FileManager.default.fileExists(atPath: keyFile.path))
@@ -80,7 +87,7 @@ import Testing
     @Test func aStoreWithAKeyFileButNoRecordAdoptsTheFile() throws {
         defer { directory.remove() }
         let store = try LedgerStore.create(at: storeURL, configuration: [])
-        try store.environment.write { txn in _ = try txn.delete(LedgerStore.Database.meta, LedgerStore.Meta.signingKey) }
+        try forgetSigningKey(store)
         let file = try SigningKey.load(from: keyFile)
         #expect(try store.signingKey().publicKey == file.publicKey)
         #expect(try recorded(store) == Digest.sha256(file.publicKey.rawRepresentation))
@@ -149,7 +156,7 @@ import Testing
         try FileManager.default.createDirectory(at: storeURL, withIntermediateDirectories: true)
         _ = try LedgerKeys.create(at: storeURL.appendingPathComponent(LedgerKeys.fileName))
         // An LMDB environment with no metadata: an older init stopped before its metadata commit.
-        _ = try LMDBEnvironment(path: storeURL.path, databaseNames: LedgerStore.databaseNames, initialMapSize: 1 << 20)
+        _ = try LMDBEnvironment(path: storeURL.path, databases: LMDBEngine.specs, initialMapSize: 1 << 20)
         try expectIncomplete(LedgerStore.noMetadata)
     }
 
@@ -198,9 +205,9 @@ import Testing
     /// What must survive compaction.
     struct Snapshot {
         var pseudonyms: [AccountID]
-        var head: (sequence: UInt64, hash: Digest32)
+        var head: LogHead
         var records: [[UInt8]]
-        var entries: ReadModel.Entries
+        var entries: [[UInt8]]
         var bindings: [BindingView]
         var signingKey: Ed25519PublicKey
     }
@@ -210,13 +217,24 @@ import Testing
     static let lineages = (0..<(deleted.count + kept.count)).map { "\(3000 + $0)" }
 
     func storedRecords(_ store: LedgerStore) throws -> [[UInt8]] {
-        try store.read { session in
+        try store.read { reader in
             var stored: [[UInt8]] = []
-            try session.forEachStoredRecord { _, bytes in
-                stored.append(bytes)
+            try reader.forEachRecord(from: 1, through: .max) { _, bytes in
+                stored.append(Array(bytes))
                 return true
             }
             return stored
+        }
+    }
+
+    func readModelEntries(_ store: LedgerStore) throws -> [[UInt8]] {
+        try store.read { reader in
+            var entries: [[UInt8]] = []
+            try reader.forEachReadModel(from: []) { key, value in
+                entries += [key, value]
+                return true
+            }
+            return entries
         }
     }
 
@@ -226,11 +244,11 @@ import Testing
         let ledger = try Ledger.initialize(at: storeURL, configuration: Fixtures.configuration)
         let dataFile = storeURL.appendingPathComponent("data.mdb")
         for (uid, lineage) in zip(Self.deleted + Self.kept, Self.lineages) { try purchase(ledger, uid: uid, lineage) }
-        let pseudonyms = try ledger.store.read { session in try Self.deleted.compactMap { try session.pseudonym(ofUID: $0) } }
+        let pseudonyms = try ledger.store.read { reader in try Self.deleted.compactMap { try ledger.store.pseudonym(ofUID: $0, in: reader) } }
         #expect(pseudonyms.count == Self.deleted.count)
         #expect(try pseudonyms.allSatisfy { try vaultKeyOccurs($0, in: dataFile) })
         for uid in Self.deleted { _ = try ledger.submit(.deleteAccount(uid: uid), at: t + Fixtures.day) }
-        #expect(try ledger.store.read { session in try Self.deleted.allSatisfy { try session.pseudonym(ofUID: $0) == nil } })
+        #expect(try ledger.store.read { reader in try Self.deleted.allSatisfy { try ledger.store.pseudonym(ofUID: $0, in: reader) == nil } })
         // Erased logically, but LMDB's copy-on-write leaves the old vault pages in the file.
         let lingering = try pseudonyms.filter { try vaultKeyOccurs($0, in: dataFile) }
         #expect(!lingering.isEmpty, "expected stale pages to hold erased vault entries before compaction")
@@ -242,7 +260,7 @@ import Testing
         #expect(refused.stderr.contains("is in use by another process"), "\(refused.stderr)")
         return Snapshot(
             pseudonyms: pseudonyms, head: try ledger.store.head(), records: try storedRecords(ledger.store),
-            entries: try ledger.store.read { try $0.readModelEntries() },
+            entries: try readModelEntries(ledger.store),
             bindings: try Self.lineages.map { try ledger.binding(originalTransactionId: $0) }, signingKey: try ledger.signingKey().publicKey)
     }
 
@@ -266,9 +284,9 @@ import Testing
         let ledger = try Ledger(opening: storeURL)
         #expect(try ledger.store.replay().isIntact)
         let head = try ledger.store.head()
-        #expect(head.sequence == before.head.sequence && head.hash == before.head.hash)
+        #expect(head == before.head)
         #expect(try storedRecords(ledger.store) == before.records)
-        #expect(try ledger.store.read { try $0.readModelEntries() } == before.entries)
+        #expect(try readModelEntries(ledger.store) == before.entries)
         #expect(try Self.lineages.map { try ledger.binding(originalTransactionId: $0) } == before.bindings)
         for (uid, lineage) in zip(Self.kept, Self.lineages.dropFirst(Self.deleted.count)) {
             #expect(try ledger.binding(originalTransactionId: lineage).uid == uid)
@@ -292,7 +310,7 @@ import Testing
         try addOnePurchase(storeURL)
         // An environment opened without ledger.lock (like mdb_stat) is seen in LMDB's own lock file.
         do {
-            let raw = try LMDBEnvironment(path: storeURL.path, databaseNames: LedgerStore.databaseNames, initialMapSize: 16 << 20)
+            let raw = try LMDBEnvironment(path: storeURL.path, databases: LMDBEngine.specs, initialMapSize: 16 << 20)
             let refused = try LedgerBinary.run(["compact", "--store", storeURL.path])
             #expect(refused.status == 3)
             #expect(refused.stderr.contains("is in use by another process"), "\(refused.stderr)")

@@ -36,7 +36,7 @@ import Testing
         let writerDone = DispatchSemaphore(value: 0)
         DispatchQueue.global().async {
             // A writer paused inside its transaction (as a stopped or slow `ledger submit` would be).
-            _ = try? ledger.store.write { _ in
+            _ = try? ledger.store.write { _, _ in
                 entered.signal()
                 release.wait()
             }

@@ -13,13 +13,14 @@ public struct StaffedLedger {
     public let olivia: Ed25519PrivateKey
     public let adam: Ed25519PrivateKey
 
-    public init(_ label: String) throws {
+    public init(_ label: String, clock: @escaping @Sendable () -> Int64 = Fixtures.clock) throws {
         root = try Ed25519PrivateKey.generate()
         olivia = try Ed25519PrivateKey.generate()
         adam = try Ed25519PrivateKey.generate()
         directory = TemporaryDirectory(label)
         ledger = try Ledger.initialize(
-            at: directory.path("store"), configuration: Fixtures.configuration, administrator: (id: "root", publicKey: root.publicKey))
+            at: directory.path("store"), configuration: Fixtures.configuration, administrator: (id: "root", publicKey: root.publicKey),
+            clock: clock)
         submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
         try enroll("olivia", roles: .operator_, key: olivia)
         try enroll("adam", roles: .approver, key: adam)

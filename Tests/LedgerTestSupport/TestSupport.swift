@@ -1,6 +1,7 @@
 import AppleSignedData
 import Foundation
 import LedgerCore
+import LedgerStore
 import OwnershipLedger
 public import StrictJSON
 
@@ -27,10 +28,18 @@ public enum Fixtures {
 
     public static let configuration = LedgerConfiguration(bundleId: bundleId, environment: .sandbox)
 
+    /// The ledger clock of library tests: a fixed instant before every business time they use, so
+    /// every record is "known" at those times (`recordedAt` never follows the caller's `at`). Tests
+    /// of time cuts drive a ``ManualClock`` instead.
+    public static let recordedAt: Int64 = start - 30 * day
+    public static let clock: @Sendable () -> Int64 = { recordedAt }
+
     /// A new ledger in a temporary directory.
-    public static func ledger(_ configuration: LedgerConfiguration = configuration) throws -> (Ledger, TemporaryDirectory) {
+    public static func ledger(_ configuration: LedgerConfiguration = configuration, clock: @escaping @Sendable () -> Int64 = clock) throws
+        -> (Ledger, TemporaryDirectory)
+    {
         let directory = TemporaryDirectory()
-        let ledger = try Ledger.initialize(at: directory.path("store"), configuration: configuration)
+        let ledger = try Ledger.initialize(at: directory.path("store"), configuration: configuration, clock: clock)
         return (ledger, directory)
     }
 
@@ -260,4 +269,49 @@ public enum FormatOneFixture {
     }
 
     public static func file(_ name: String) throws -> Data { try Data(contentsOf: directory.appendingPathComponent(name)) }
+}
+
+/// A clock tests set by hand: the ledger's `recordedAt` for what they submit next.
+public final class ManualClock: @unchecked Sendable {
+    private var time: Int64
+    private let lock = NSLock()
+
+    public init(_ time: Int64) { self.time = time }
+
+    public var now: Int64 {
+        get { lock.withLock { time } }
+        set { lock.withLock { time = newValue } }
+    }
+
+    /// The clock as `Ledger` takes it.
+    public var function: @Sendable () -> Int64 { { [self] in now } }
+}
+
+extension Ledger {
+    /// The pseudonym of the live account `uid`, if any.
+    public func pseudonym(ofUID uid: String) throws -> AccountID? { try store.read { try store.pseudonym(ofUID: uid, in: $0) } }
+
+    /// Every persisted read-model entry.
+    public func persistedReadModels() throws -> [[UInt8]: [UInt8]] {
+        try store.read { reader in
+            var entries: [[UInt8]: [UInt8]] = [:]
+            try reader.forEachReadModel(from: []) { key, value in
+                entries[key] = value
+                return true
+            }
+            return entries
+        }
+    }
+
+    /// Appends one record of `events` as they are, bypassing every safeguard (for tests of what
+    /// `verify` catches), then repairs the read models.
+    public func appendRaw(_ events: [LedgerEvent], at: Int64) throws {
+        try store.write { reader, writer in
+            var appender = try LogAppender(head: try reader.head())
+            try appender.append(
+                recordedAt: clock(), at: at, command: Key128(high: UInt64.random(in: 0...UInt64.max), low: 0), attempt: 0, events: events)
+            try writer.apply(appender.batch)
+        }
+        _ = try store.rebuildReadModels(repair: true)
+    }
 }

@@ -1,13 +1,15 @@
 import Foundation
 import LedgerCore
 import LedgerTestSupport
+import OwnershipLedger
 import Testing
 
 /// The same contract through the `ledger` binary.
 @Suite struct CLITests {
     let directory = TemporaryDirectory("ledger-cli")
     var store: String { directory.path("store").path }
-    let t = Fixtures.start
+    /// Business times start now: point-in-time queries cut on when the binary recorded (the real clock).
+    let t = LedgerTime.now() / 1000 * 1000
     let day = Fixtures.day
 
     func initStore() throws {
@@ -91,14 +93,16 @@ import Testing
                 transaction["productId"] = "product-marker-\(i)"
                 return ["type": "purchase", "account": "user\(i)", "transaction": transaction, "at": t]
             })
-        // The third purchase's fact is the first record of its batch: 4 records per purchase → seq 9.
+        // The third purchase is record 3: no hash is kept per record, so the change is located to the
+        // smallest subtree of the Merkle tree's edge that holds it, records 1 to 4 of 6.
         let dataFile = directory.path("store/data.mdb")
         var data = try Data(contentsOf: dataFile)
         try Fixtures.flipEveryOccurrence(of: "product-marker-2", in: &data)
         try data.write(to: dataFile)
         let verify = try LedgerBinary.run(["verify", "--store", store])
         #expect(verify.status == 1)
-        #expect(verify.json["firstBadSeq"] as? Int == 9, "\(verify.stdout)")
+        #expect(verify.json["firstBadSeq"] as? Int == 1, "\(verify.stdout)")
+        #expect(verify.json["lastBadSeq"] as? Int == 4, "\(verify.stdout)")
     }
 
     @Test func twoProcessesAppendingConcurrentlyLeaveAGaplessVerifiedChain() throws {
@@ -119,15 +123,17 @@ import Testing
         #expect(a.status == 0 && b.status == 0, "\(a.stderr) \(b.stderr)")
         #expect((a.lines + b.lines).allSatisfy { Fixtures.object($0)["decision"] as? String == "granted" })
         let stats = try LedgerBinary.run(["stats", "--store", store])
-        #expect(stats.json["records"] as? Int == 300 * 4)
+        #expect(stats.json["records"] as? Int == 300)
         let verify = try LedgerBinary.run(["verify", "--store", store])
         #expect(verify.status == 0, "\(verify.stdout)")
-        // Batches never interleave: each purchase's four records are contiguous.
+        // One record per purchase, holding its fact, effects and decision.
         let log = try LedgerBinary.run(["log", "--store", store])
-        let events = log.lines.map { Fixtures.object($0)["event"] as? String ?? "" }
-        for batch in stride(from: 0, to: events.count, by: 4) {
-            #expect(Array(events[batch..<batch + 4]) == ["transaction-submitted", "lineage-bound", "entitlement-granted", "decision-issued"])
+        #expect(log.lines.count == 300)
+        for line in log.lines {
+            let events = (Fixtures.object(line)["events"] as? [[String: Any]] ?? []).map { $0["event"] as? String ?? "" }
+            #expect(events == ["transaction-submitted", "lineage-bound", "entitlement-granted", "decision-issued"])
         }
+        #expect(log.lines.map { Fixtures.object($0)["seq"] as? Int } == (1...300).map { $0 })
     }
 
     @Test func linesDecidedTogetherSeeEachOtherInOrder() throws {
@@ -145,13 +151,14 @@ import Testing
         #expect(responses[1]["duplicate"] as? Bool == true)
         #expect(responses[1]["seq"] as? Int == responses[0]["seq"] as? Int)
         #expect((responses[2]["message"] as? String)?.contains("transaction must be an object") == true)
-        #expect(try LedgerBinary.run(["stats", "--store", store]).json["records"] as? Int == 6)
+        #expect(try LedgerBinary.run(["stats", "--store", store]).json["records"] as? Int == 2)
     }
 
     @Test func logHonoursFromAndLimit() throws {
         defer { directory.remove() }
         try initStore()
-        _ = try submit([["type": "purchase", "account": "a", "transaction": Fixtures.transaction("1", at: t), "at": t]])
+        _ = try submit(
+            (1...4).map { ["type": "purchase", "account": "a\($0)", "transaction": Fixtures.transaction("\($0)", at: t), "at": t] })
         let log = try LedgerBinary.run(["log", "--store", store, "--from", "2", "--limit", "2"])
         #expect(log.lines.map { Fixtures.object($0)["seq"] as? Int } == [2, 3])
     }
@@ -195,7 +202,8 @@ import Testing
         let rebuild = try LedgerBinary.run(["rebuild", "--store", store])
         #expect(rebuild.status == 0)
         #expect((rebuild.json["differences"] as? [Any])?.isEmpty == true)
-        #expect(rebuild.json["records"] as? Int == 4)
+        #expect(rebuild.json["records"] as? Int == 1)
+        #expect(rebuild.json["events"] as? Int == 4)
     }
 }
 

@@ -55,7 +55,7 @@ import Testing
     func head() throws -> UInt64 { try ledger.store.head().sequence }
 
     /// The events appended after sequence `after`.
-    func events(after: UInt64) throws -> [LedgerEvent] { try ledger.store.records(from: after + 1).map(\.event) }
+    func events(after: UInt64) throws -> [LedgerEvent] { try ledger.store.records(from: after + 1).flatMap(\.events) }
 
     func grantsOrReinstatements(after: UInt64) throws -> [String] {
         try events(after: after).map(\.name).filter { $0 == "entitlement-granted" || $0 == "entitlement-reinstated" }
@@ -63,7 +63,7 @@ import Testing
 
     /// The products `uid` is entitled to through lineage 1001 at `at`, judged on the present state.
     func activeProducts(_ uid: String, at: Int64) throws -> [String] {
-        guard let account = try ledger.store.read({ try $0.pseudonym(ofUID: uid) }) else { return [] }
+        guard let account = try ledger.pseudonym(ofUID: uid) else { return [] }
         let lineage = try ledger.lineage(originalTransactionId: "1001")
         let state = try ledger.state(lineages: [lineage], accounts: [account], asOf: nil).lineage(lineage)
         guard let entitlement = state.activeEntitlement(at: at), entitlement.account == account else { return [] }

@@ -60,7 +60,7 @@ import Testing
             for record in try ledger.store.records(from: checked + 1) { try checker.check(record) }
             checked = try ledger.store.head().sequence
             #expect(checker.violations == [], "step \(step)")
-            let persisted = try ledger.store.read { try $0.readModelEntries() }
+            let persisted = try ledger.persistedReadModels()
             #expect(ReadModel.entries(of: checker.state) == persisted, "read models differ after step \(step)")
             if !checker.violations.isEmpty { break }
         }

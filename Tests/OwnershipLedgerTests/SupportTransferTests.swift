@@ -50,7 +50,7 @@ import Testing
 
     func head() throws -> UInt64 { try ledger.store.head().sequence }
 
-    func lastEvent() throws -> LedgerEvent? { try ledger.store.records(from: head()).last?.event }
+    func lastEvent() throws -> LedgerEvent? { try ledger.store.records(from: head()).last?.events.last }
 
     func activeProducts(_ uid: String, at: Int64) throws -> [String] {
         try ledger.account(uid: uid, at: at).entitlements.filter(\.active).map(\.productId)
@@ -63,12 +63,8 @@ import Testing
         #expect(report.readModelDifferences == [])
     }
 
-    /// Appends events as they are, bypassing every safeguard, then repairs the read models.
-    func appendRaw(_ events: [LedgerEvent], at: Int64) throws {
-        try ledger.store.append(
-            try events.map { PendingEvent(eventId: Digest32(try Digest.randomBytes(32)) ?? .zero, recordedAt: at, event: $0) })
-        _ = try ledger.store.rebuildReadModels(repair: true)
-    }
+    /// Appends events as they are (one record), bypassing every safeguard, then repairs the read models.
+    func appendRaw(_ events: [LedgerEvent], at: Int64) throws { try ledger.appendRaw(events, at: at) }
 
     /// alice owns lineage 1001; olivia requests case `caseId` to move it to bob.
     @discardableResult
@@ -291,7 +287,7 @@ import Testing
         #expect(applied.accepted, "\(applied.refusalReason ?? "")")
         #expect(applied.appended.count == 2)
         let lineage = try ledger.lineage(originalTransactionId: "1001")
-        let alice = try #require(try ledger.store.read { try $0.pseudonym(ofUID: "alice") })
+        let alice = try #require(try ledger.pseudonym(ofUID: "alice"))
         #expect(applied.appended.first == .entitlementEnded(lineage: lineage, account: alice, reason: .transferred))
         #expect(try ledger.binding(originalTransactionId: "1001").uid == "bob")
         #expect(try activeProducts("alice", at: t + 4 * day) == [])
@@ -518,7 +514,7 @@ import Testing
         }
         #expect(try head() == before)
         // The transaction was aborted: not even the target's pseudonym was kept.
-        #expect(try ledger.store.read { try $0.pseudonym(ofUID: "bob") } == nil)
+        #expect(try ledger.pseudonym(ofUID: "bob") == nil)
         // The same request without identifiers goes through.
         #expect(try ledger.requestTransfer(input("C-1"), operator: "olivia", key: olivia, at: t + day).accepted)
         try expectIntact()

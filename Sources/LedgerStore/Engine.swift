@@ -1,0 +1,188 @@
+public import LedgerCore
+public import Projections
+
+/// The storage engine behind a ledger: an append-only log of record bytes, the indexes over it,
+/// the persisted read models, the identity vault and the Merkle nodes, read in snapshots and written
+/// in groups. Record encoding, hashing, Merkle nodes, idempotency and deciding live above it, once
+/// (`LedgerStore`, `OwnershipLedger`); an engine only stores and finds bytes and entries.
+///
+/// A write group follows the same shape for every engine: compute the keys it needs, load them in a
+/// few batch reads (``EngineReader``'s methods take lists), decide in memory, then hand one
+/// ``EngineBatch`` to ``EngineWriter/apply(_:)`` and commit once. LMDB (``LMDBEngine``) answers each
+/// batch read from its B-trees in the write transaction; a server engine answers it in one round trip.
+public protocol LedgerEngine: AnyObject, Sendable {
+    /// Runs `body` on a consistent snapshot. Any number at once, on any threads; never waits for a writer.
+    func read<T>(_ body: (any EngineReader) throws -> T) throws -> T
+
+    /// Runs one write group: `body` reads (seeing the state at the start of the group, then its own
+    /// writes) and writes through the writer; everything commits atomically when `body` returns, or
+    /// nothing when it throws. `body` may run again (an engine may retry), so it must have no effect
+    /// outside the group. Write groups are serialised, across processes.
+    func write<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T
+}
+
+/// The log's head as the engine keeps it (written with every group).
+public struct LogHead: Equatable, Sendable {
+    /// The last sequence number (0 for an empty log).
+    public var sequence: UInt64
+    /// Its chain hash (zero for an empty log).
+    public var chainHash: Digest32
+    /// Its `recordedAt` (0 for an empty log): the next record is never recorded earlier.
+    public var recordedAt: Timestamp
+    /// The Merkle tree's right edge: the roots of the perfect subtrees the first `sequence` leaves
+    /// decompose into, largest first (one per bit of `sequence`).
+    public var frontier: [Digest32]
+
+    public init(sequence: UInt64 = 0, chainHash: Digest32 = .zero, recordedAt: Timestamp = 0, frontier: [Digest32] = []) {
+        self.sequence = sequence
+        self.chainHash = chainHash
+        self.recordedAt = recordedAt
+        self.frontier = frontier
+    }
+}
+
+/// The derived indexes: each entry is implied by one record, so `verify` checks and `rebuild`
+/// repairs them from the log alone.
+public enum EngineIndex: String, CaseIterable, Sendable {
+    /// Command key → the sequence of each record of the command (the latest attempt last). An engine
+    /// may keep only a prefix of the key and resolve it against the record's own (LMDB keeps 8 bytes).
+    case commands
+    /// Lineage → the sequence of each record that names it (or a transfer case of it).
+    case lineages
+    /// Account → each lineage ever bound to it (by a binding or as a transfer's target), with the
+    /// sequence of the record that bound it.
+    case accountLineages = "account-lineages"
+    /// (level, index) → the root of each perfect subtree of `MerkleLog.storedLeaves` leaves or more.
+    case merkle
+}
+
+/// One entry of a derived index.
+public enum IndexEntry: Hashable, Sendable {
+    case command(Key128, sequence: UInt64)
+    case lineage(LineageKey, sequence: UInt64)
+    case accountLineage(AccountID, LineageKey, sequence: UInt64)
+    case merkleNode(level: UInt8, index: UInt64, hash: Digest32)
+    /// A stored entry of the wrong shape (found by a scan; only ever removed).
+    case malformed(EngineIndex, key: [UInt8], value: [UInt8])
+
+    public var index: EngineIndex {
+        switch self {
+        case .command: .commands
+        case .lineage: .lineages
+        case .accountLineage: .accountLineages
+        case .merkleNode: .merkle
+        case .malformed(let index, _, _): index
+        }
+    }
+
+    /// The record the entry was derived from, when it names one.
+    public var sequence: UInt64? {
+        switch self {
+        case .command(_, let sequence), .lineage(_, let sequence), .accountLineage(_, _, let sequence): sequence
+        case .merkleNode, .malformed: nil
+        }
+    }
+}
+
+/// Keys of the engine's metadata.
+public enum MetaKey: String, CaseIterable, Sendable {
+    case formatVersion = "format-version"
+    case readModelVersion = "read-model-version"
+    case configuration
+    case keyCheck = "key-check"
+    case signingKey = "signing-key"
+}
+
+/// Everything one write group changes, applied atomically.
+public struct EngineBatch: Sendable {
+    /// Records to append, in order, each with the index entries it implies.
+    public var records: [(sequence: UInt64, bytes: [UInt8])] = []
+    public var entries: [IndexEntry] = []
+    /// The new head, when records were appended.
+    public var head: LogHead?
+    /// Read models: a lineage's new state.
+    public var lineageStates: [(LineageKey, LineageState)] = []
+    public var deletedAccounts: [AccountID] = []
+    /// A staff member's entry; nil removes it.
+    public var staff: [(StaffID, StaffMember?)] = []
+    public var transferCases: [(String, TransferCase)] = []
+    /// Identity vault: the pseudonym of a new account, found by its vault key, with its sealed UID.
+    public var vaultInserts: [(vaultKey: Key128, account: AccountID, sealedUID: [UInt8])] = []
+    /// Identity vault: erase an account's mapping (its deletion).
+    public var vaultErasures: [(vaultKey: Key128, account: AccountID)] = []
+    public var meta: [(MetaKey, [UInt8])] = []
+
+    public init() {}
+
+    public var isEmpty: Bool {
+        records.isEmpty && entries.isEmpty && head == nil && lineageStates.isEmpty && deletedAccounts.isEmpty && staff.isEmpty
+            && transferCases.isEmpty && vaultInserts.isEmpty && vaultErasures.isEmpty && meta.isEmpty
+    }
+}
+
+/// Reads inside a snapshot (or inside a write group, where it also sees the group's own writes).
+/// Batch methods take lists so a server engine can answer each in one round trip.
+public protocol EngineReader {
+    func head() throws -> LogHead
+    func meta(_ key: MetaKey) throws -> [UInt8]?
+
+    /// The stored bytes of record `sequence`.
+    func record(_ sequence: UInt64) throws -> [UInt8]?
+    /// Visits stored records `from` through `through` in order until `body` returns false. The
+    /// bytes are valid only during the call.
+    func forEachRecord(from: UInt64, through: UInt64, _ body: (UInt64, UnsafeRawBufferPointer) throws -> Bool) throws
+    /// The last sequence recorded at or before `time` (0 when none): a binary search on the
+    /// non-decreasing `recordedAt`. O(log n) record reads.
+    func lastSequence(recordedAtOrBefore time: Timestamp) throws -> UInt64
+
+    /// For each command key, its latest record (sequence and bytes), when it has one.
+    func latestRecords(ofCommands commands: [Key128]) throws -> [Key128: (sequence: UInt64, bytes: [UInt8])]
+    /// The sequences of the lineage's records through `through`, ascending.
+    func sequences(ofLineage lineage: LineageKey, through: UInt64) throws -> [UInt64]
+    /// For each account, every lineage ever bound to it.
+    func lineages(boundTo accounts: [AccountID]) throws -> [AccountID: [LineageKey]]
+
+    /// The persisted state of each lineage that has one.
+    func lineageStates(_ lineages: [LineageKey]) throws -> [LineageKey: LineageState]
+    /// Which of `accounts` were deleted.
+    func deletedAccounts(among accounts: [AccountID]) throws -> Set<AccountID>
+    /// The whole staff roster.
+    func staff() throws -> [StaffID: StaffMember]
+    func transferCases(_ ids: [String]) throws -> [String: TransferCase]
+
+    /// The pseudonyms of the accounts with these vault keys.
+    func pseudonyms(vaultKeys: [Key128]) throws -> [Key128: AccountID]
+    /// The sealed UID of a live account.
+    func sealedUID(of account: AccountID) throws -> [UInt8]?
+
+    /// A stored Merkle node (levels from `MerkleLog.storedLevel` up).
+    func merkleNode(level: UInt8, index: UInt64) throws -> Digest32?
+
+    // MARK: Scans (verify and rebuild)
+
+    /// Visits the entries of `index` in the engine's order (a fixed total order) until `body` returns false.
+    func forEachEntry(of index: EngineIndex, _ body: (IndexEntry) throws -> Bool) throws
+    /// Visits every persisted read-model entry (`ReadModel` keys and values) in key order from
+    /// `start` until `body` returns false.
+    func forEachReadModel(from start: [UInt8], _ body: ([UInt8], [UInt8]) throws -> Bool) throws
+    /// Whether the index holds `entry`.
+    func contains(_ entry: IndexEntry) throws -> Bool
+    /// `entry` as this engine stores it (LMDB keeps the first 8 bytes of a command key; the rest
+    /// zero), so entries implied by records compare with stored ones.
+    func normalized(_ entry: IndexEntry) -> IndexEntry
+
+    /// Entries and bytes per database (or table).
+    func statistics() throws -> [(name: String, entries: Int, bytes: Int)]
+}
+
+/// Writes of a write group.
+public protocol EngineWriter {
+    /// Applies a batch: appends, index entries, read models, vault, metadata.
+    func apply(_ batch: EngineBatch) throws
+    /// Removes index entries (repairs).
+    func remove(_ entries: [IndexEntry]) throws
+    /// Removes persisted read-model entries (repairs).
+    func removeReadModels(_ keys: [[UInt8]]) throws
+    /// Stores read-model entries as given (repairs).
+    func putReadModels(_ entries: [([UInt8], [UInt8])]) throws
+}

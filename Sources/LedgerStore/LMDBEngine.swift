@@ -1,0 +1,540 @@
+import CLMDB
+import Foundation
+import LedgerCore
+import Projections
+
+/// The embedded engine: one LMDB environment (`data.mdb`) with these named databases (all integers
+/// big-endian, so byte order is numeric order):
+///
+/// | database | key → value |
+/// | --- | --- |
+/// | `log` | u64 sequence → record bytes (appended with `MDB_APPEND`) |
+/// | `commands` | first 8 bytes of the command key → u64 sequence (`MDB_DUPSORT`, `MDB_DUPFIXED`) |
+/// | `lineages` | lineage(16) → u64 sequence (`MDB_DUPSORT`, `MDB_DUPFIXED`) |
+/// | `account-lineages` | account(16) → lineage(16) ‖ u64 sequence (`MDB_DUPSORT`, `MDB_DUPFIXED`) |
+/// | `read-models` | `ReadModel` keys → values |
+/// | `identities` | `u` ‖ vault key(16) → pseudonym(16); `p` ‖ pseudonym(16) → sealed UID |
+/// | `merkle` | u8 level ‖ u64 index → 32-byte node |
+/// | `meta` | names → values (`MetaKey`, and `head`) |
+public final class LMDBEngine: LedgerEngine, @unchecked Sendable {
+    static let specs: [(name: String, flags: UInt32)] = [
+        ("log", 0), ("commands", UInt32(MDB_DUPSORT | MDB_DUPFIXED)), ("lineages", UInt32(MDB_DUPSORT | MDB_DUPFIXED)),
+        ("account-lineages", UInt32(MDB_DUPSORT | MDB_DUPFIXED)), ("read-models", 0), ("identities", 0), ("merkle", 0), ("meta", 0),
+    ]
+    static let metaDatabase = "meta"
+    static let headKey = Array("head".utf8)
+
+    let environment: LMDBEnvironment
+    let databases: Databases
+
+    /// The handles of the named databases.
+    struct Databases {
+        let log, commands, lineages, accountLineages, readModels, identities, merkle, meta: MDB_dbi
+
+        init(_ environment: LMDBEnvironment) throws {
+            log = try environment.require("log")
+            commands = try environment.require("commands")
+            lineages = try environment.require("lineages")
+            accountLineages = try environment.require("account-lineages")
+            readModels = try environment.require("read-models")
+            identities = try environment.require("identities")
+            merkle = try environment.require("merkle")
+            meta = try environment.require("meta")
+        }
+
+        func of(_ index: EngineIndex) -> MDB_dbi {
+            switch index {
+            case .commands: commands
+            case .lineages: lineages
+            case .accountLineages: accountLineages
+            case .merkle: merkle
+            }
+        }
+    }
+
+    /// Opens (or, with `.create`, creates) the environment in `directory`. Throws
+    /// ``LMDBError/isNotFound`` when an existing environment lacks the `meta` database (a foreign
+    /// store) and ``LedgerStoreError/formatOne(directory:)`` when it is a format-1 ledger.
+    init(directory: URL, mode: LMDBEnvironment.Mode, initialMapSize: Int = LMDBEnvironment.defaultMapSize) throws {
+        environment = try LMDBEnvironment(path: directory.path, databases: Self.specs, mode: mode, initialMapSize: initialMapSize)
+        if environment.databases["commands"] == nil, environment.databases["meta"] != nil {
+            let format = try environment.read { txn in
+                try txn.get(Self.metaDatabase, Array(MetaKey.formatVersion.rawValue.utf8)).flatMap(u32)
+            }
+            if format == 1 { throw LedgerStoreError.formatOne(directory: directory.path) }
+        }
+        databases = try Databases(environment)
+    }
+
+    public func read<T>(_ body: (any EngineReader) throws -> T) throws -> T {
+        try environment.read { txn in try body(LMDBAccess(txn: txn, db: databases)) }
+    }
+
+    public func write<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T {
+        try environment.write { txn in
+            let access = LMDBAccess(txn: txn, db: databases)
+            return try body(access, access)
+        }
+    }
+
+    /// Runs `body` in a write transaction with raw access (compaction, tests).
+    func withWriteAccess<T>(_ body: (LMDBAccess) throws -> T) throws -> T {
+        try environment.write { txn in try body(LMDBAccess(txn: txn, db: databases)) }
+    }
+}
+
+/// A key of at most 40 bytes built on the stack.
+struct KeyBuffer {
+    private var storage: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)
+    private(set) var count = 0
+
+    init() {}
+    init(_ prefix: UInt8, _ key: Key128) {
+        append(prefix)
+        append(key)
+    }
+    init(_ key: Key128) { append(key) }
+    init(_ value: UInt64) { append(value) }
+
+    mutating func append(_ byte: UInt8) {
+        withUnsafeMutableBytes(of: &storage) { $0[count] = byte }
+        count += 1
+    }
+
+    mutating func append(_ value: UInt64) {
+        let big = value.bigEndian
+        withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: big, toByteOffset: count, as: UInt64.self) }
+        count += 8
+    }
+
+    mutating func append(_ key: Key128) {
+        append(key.high)
+        append(key.low)
+    }
+
+    func with<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        var copy = storage
+        return try withUnsafeBytes(of: &copy) { try body(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+    }
+}
+
+/// Reads and writes in one LMDB transaction.
+struct LMDBAccess: EngineReader, EngineWriter {
+    let txn: LMDBTransaction
+    let db: LMDBEngine.Databases
+
+    static let vaultPrefix: UInt8 = 0x75  // "u"
+    static let sealedPrefix: UInt8 = 0x70  // "p"
+
+    static func u64(_ buffer: UnsafeRawBufferPointer) -> UInt64? {
+        guard buffer.count == 8 else { return nil }
+        return UInt64(bigEndian: buffer.loadUnaligned(as: UInt64.self))
+    }
+
+    func corrupt(_ what: String) -> LedgerStoreError { .corrupt(what) }
+
+    // MARK: Head and metadata
+
+    func head() throws -> LogHead {
+        guard let value = try meta(LMDBEngine.headKey) else { return LogHead() }
+        return try Self.decodeHead(value)
+    }
+
+    static func encodeHead(_ head: LogHead) -> [UInt8] {
+        var w = ByteWriter(capacity: 56 + 32 * head.frontier.count)
+        w.u64(head.sequence)
+        w.digest(head.chainHash)
+        w.i64(head.recordedAt)
+        for node in head.frontier { w.digest(node) }
+        return w.output
+    }
+
+    static func decodeHead(_ value: [UInt8]) throws -> LogHead {
+        do {
+            return try ByteReader.reading(value) { r throws(DecodingFailure) in
+                var head = LogHead(sequence: try r.u64(), chainHash: try r.digest(), recordedAt: try r.i64())
+                guard r.remaining == 32 * head.sequence.nonzeroBitCount else {
+                    throw DecodingFailure("the Merkle frontier has \(r.remaining) bytes for \(head.sequence) records")
+                }
+                while r.remaining > 0 { head.frontier.append(try r.digest()) }
+                return head
+            }
+        } catch {
+            throw LedgerStoreError.corrupt("the head metadata is unreadable: \(error)")
+        }
+    }
+
+    func meta(_ key: MetaKey) throws -> [UInt8]? { try meta(Array(key.rawValue.utf8)) }
+
+    func meta(_ key: [UInt8]) throws -> [UInt8]? {
+        try key.withUnsafeBytes { k in try txn.get(db.meta, k).map(Array.init) }
+    }
+
+    // MARK: Log
+
+    func record(_ sequence: UInt64) throws -> [UInt8]? {
+        try KeyBuffer(sequence).with { k in try txn.get(db.log, k).map(Array.init) }
+    }
+
+    func forEachRecord(from: UInt64, through: UInt64, _ body: (UInt64, UnsafeRawBufferPointer) throws -> Bool) throws {
+        guard from <= through else { return }
+        let cursor = try txn.cursor(db.log)
+        defer { cursor.close() }
+        var entry = try KeyBuffer(from).with { k in try cursor.get(MDB_SET_RANGE, key: k) }
+        while let (key, value) = entry {
+            guard let sequence = Self.u64(key) else { throw corrupt("a log key of \(key.count) bytes") }
+            guard sequence <= through, try body(sequence, value) else { return }
+            entry = try cursor.get(MDB_NEXT)
+        }
+    }
+
+    func lastSequence(recordedAtOrBefore time: Timestamp) throws -> UInt64 {
+        var low: UInt64 = 0  // recorded at or before `time` (0: none)
+        var high = try head().sequence + 1  // recorded after (head + 1: none known)
+        while high - low > 1 {
+            let middle = low + (high - low) / 2
+            let recorded = try KeyBuffer(middle).with { k -> Timestamp in
+                guard let bytes = try txn.get(db.log, k) else { throw corrupt("record \(middle) is missing from the log") }
+                guard let recorded = RecordCodec.recordedAt(of: bytes) else { throw corrupt("record \(middle) has no readable time") }
+                return recorded
+            }
+            if recorded <= time { low = middle } else { high = middle }
+        }
+        return low
+    }
+
+    // MARK: Indexes
+
+    func latestRecords(ofCommands commands: [Key128]) throws -> [Key128: (sequence: UInt64, bytes: [UInt8])] {
+        var out: [Key128: (sequence: UInt64, bytes: [UInt8])] = [:]
+        let cursor = try txn.cursor(db.commands)
+        defer { cursor.close() }
+        for command in commands where out[command] == nil {
+            var entry = try KeyBuffer(command.high).with { k in try cursor.get(MDB_SET_KEY, key: k) }
+            guard entry != nil else { continue }
+            entry = try cursor.get(MDB_LAST_DUP)
+            // The key is the command key's first 8 bytes: resolve it against each record's own key.
+            while let (_, value) = entry {
+                guard let sequence = Self.u64(value) else { throw corrupt("a commands entry of \(value.count) bytes") }
+                if let bytes = try record(sequence) {
+                    let found = bytes.withUnsafeBytes { RecordCodec.command(of: $0) }
+                    if found == command {
+                        out[command] = (sequence, bytes)
+                        break
+                    }
+                }
+                entry = try cursor.get(MDB_PREV_DUP)
+            }
+        }
+        return out
+    }
+
+    func sequences(ofLineage lineage: LineageKey, through: UInt64) throws -> [UInt64] {
+        var out: [UInt64] = []
+        let cursor = try txn.cursor(db.lineages)
+        defer { cursor.close() }
+        var entry = try KeyBuffer(lineage.key).with { k in try cursor.get(MDB_SET_KEY, key: k) }
+        while let (_, value) = entry {
+            guard let sequence = Self.u64(value) else { throw corrupt("a lineages entry of \(value.count) bytes") }
+            guard sequence <= through else { break }
+            out.append(sequence)
+            entry = try cursor.get(MDB_NEXT_DUP)
+        }
+        return out
+    }
+
+    func lineages(boundTo accounts: [AccountID]) throws -> [AccountID: [LineageKey]] {
+        var out: [AccountID: [LineageKey]] = [:]
+        let cursor = try txn.cursor(db.accountLineages)
+        defer { cursor.close() }
+        for account in accounts where out[account] == nil {
+            var lineages: [LineageKey] = []
+            var entry = try KeyBuffer(account.key).with { k in try cursor.get(MDB_SET_KEY, key: k) }
+            while let (_, value) = entry {
+                guard value.count == 24 else { throw corrupt("an account-lineages entry of \(value.count) bytes") }
+                let lineage = LineageKey(Key128(loading: value, at: 0))
+                if lineages.last != lineage { lineages.append(lineage) }
+                entry = try cursor.get(MDB_NEXT_DUP)
+            }
+            out[account] = lineages
+        }
+        return out
+    }
+
+    func forEachEntry(of index: EngineIndex, _ body: (IndexEntry) throws -> Bool) throws {
+        let cursor = try txn.cursor(db.of(index))
+        defer { cursor.close() }
+        var entry = try cursor.get(MDB_FIRST)
+        while let (key, value) = entry {
+            guard try body(Self.entry(index, key: key, value: value)) else { return }
+            entry = try cursor.get(MDB_NEXT)
+        }
+    }
+
+    static func entry(_ index: EngineIndex, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> IndexEntry {
+        switch index {
+        case .commands:
+            if key.count == 8, let sequence = u64(value) { return .command(Key128(high: u64(key) ?? 0, low: 0), sequence: sequence) }
+        case .lineages:
+            if key.count == 16, let sequence = u64(value) { return .lineage(LineageKey(Key128(loading: key, at: 0)), sequence: sequence) }
+        case .accountLineages:
+            if key.count == 16, value.count == 24 {
+                return .accountLineage(
+                    AccountID(Key128(loading: key, at: 0)), LineageKey(Key128(loading: value, at: 0)),
+                    sequence: UInt64(bigEndian: value.loadUnaligned(fromByteOffset: 16, as: UInt64.self)))
+            }
+        case .merkle:
+            if key.count == 9, value.count == 32 {
+                return .merkleNode(
+                    level: key[0], index: UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 1, as: UInt64.self)),
+                    hash: Digest32(loading: value, at: 0))
+            }
+        }
+        return .malformed(index, key: Array(key), value: Array(value))
+    }
+
+    func normalized(_ entry: IndexEntry) -> IndexEntry {
+        if case .command(let key, let sequence) = entry { return .command(Key128(high: key.high, low: 0), sequence: sequence) }
+        return entry
+    }
+
+    /// The LMDB key and value of an entry.
+    static func withKeyValue<R>(_ entry: IndexEntry, _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        switch entry {
+        case .command(let key, let sequence):
+            return try KeyBuffer(key.high).with { k in try KeyBuffer(sequence).with { v in try body(k, v) } }
+        case .lineage(let lineage, let sequence):
+            return try KeyBuffer(lineage.key).with { k in try KeyBuffer(sequence).with { v in try body(k, v) } }
+        case .accountLineage(let account, let lineage, let sequence):
+            var value = KeyBuffer(lineage.key)
+            value.append(sequence)
+            return try KeyBuffer(account.key).with { k in try value.with { v in try body(k, v) } }
+        case .merkleNode(let level, let index, let hash):
+            var key = KeyBuffer()
+            key.append(level)
+            key.append(index)
+            return try key.with { k in try hash.withBytes { v in try body(k, v) } }
+        case .malformed(_, let key, let value):
+            return try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try body(k, v) } }
+        }
+    }
+
+    func contains(_ entry: IndexEntry) throws -> Bool {
+        let normal = normalized(entry)
+        let dbi = db.of(normal.index)
+        return try Self.withKeyValue(normal) { key, value in
+            if case .merkleNode = normal {
+                guard let stored = try txn.get(dbi, key) else { return false }
+                return stored.elementsEqual(value)
+            }
+            let cursor = try txn.cursor(dbi)
+            defer { cursor.close() }
+            return try cursor.get(MDB_GET_BOTH, key: key, value: value) != nil
+        }
+    }
+
+    // MARK: Read models
+
+    func lineageStates(_ lineages: [LineageKey]) throws -> [LineageKey: LineageState] {
+        var out: [LineageKey: LineageState] = [:]
+        for lineage in lineages where out[lineage] == nil {
+            guard let value = try KeyBuffer(ReadModel.lineagePrefix, lineage.key).with({ k in try txn.get(db.readModels, k).map(Array.init) })
+            else { continue }
+            do {
+                out[lineage] = try ReadModel.decodeLineage(value)
+            } catch {
+                throw corrupt("the persisted state of lineage \(lineage): \(error)")
+            }
+        }
+        return out
+    }
+
+    func deletedAccounts(among accounts: [AccountID]) throws -> Set<AccountID> {
+        var out = Set<AccountID>()
+        for account in accounts where try KeyBuffer(ReadModel.deletedPrefix, account.key).with({ try txn.get(db.readModels, $0) }) != nil {
+            out.insert(account)
+        }
+        return out
+    }
+
+    func staff() throws -> [StaffID: StaffMember] {
+        var state = LedgerState()
+        var entries: [([UInt8], [UInt8])] = []
+        try forEachReadModel(from: [ReadModel.staffPrefix]) { key, value in
+            guard key.first == ReadModel.staffPrefix else { return false }
+            entries.append((key, value))
+            return true
+        }
+        do {
+            try ReadModel.load(entries, into: &state)
+        } catch {
+            throw corrupt("the persisted staff roster: \(error)")
+        }
+        return state.staff
+    }
+
+    func transferCases(_ ids: [String]) throws -> [String: TransferCase] {
+        var state = LedgerState()
+        for id in ids {
+            let key = ReadModel.transferKey(id)
+            guard let value = try key.withUnsafeBytes({ try txn.get(db.readModels, $0).map(Array.init) }) else { continue }
+            do {
+                try ReadModel.load([(key, value)], into: &state)
+            } catch {
+                throw corrupt("the persisted transfer case \(id): \(error)")
+            }
+        }
+        return state.transfers
+    }
+
+    func forEachReadModel(from start: [UInt8], _ body: ([UInt8], [UInt8]) throws -> Bool) throws {
+        let cursor = try txn.cursor(db.readModels)
+        defer { cursor.close() }
+        var entry = try start.isEmpty ? cursor.get(MDB_FIRST) : start.withUnsafeBytes { try cursor.get(MDB_SET_RANGE, key: $0) }
+        while let (key, value) = entry {
+            guard try body(Array(key), Array(value)) else { return }
+            entry = try cursor.get(MDB_NEXT)
+        }
+    }
+
+    // MARK: Vault and Merkle nodes
+
+    func pseudonyms(vaultKeys: [Key128]) throws -> [Key128: AccountID] {
+        var out: [Key128: AccountID] = [:]
+        for vaultKey in vaultKeys where out[vaultKey] == nil {
+            let found = try KeyBuffer(Self.vaultPrefix, vaultKey).with { k -> AccountID? in
+                guard let value = try txn.get(db.identities, k) else { return nil }
+                guard value.count == 16 else { throw corrupt("an identity entry of \(value.count) bytes") }
+                return AccountID(Key128(loading: value, at: 0))
+            }
+            if let found { out[vaultKey] = found }
+        }
+        return out
+    }
+
+    func sealedUID(of account: AccountID) throws -> [UInt8]? {
+        try KeyBuffer(Self.sealedPrefix, account.key).with { k in try txn.get(db.identities, k).map(Array.init) }
+    }
+
+    func merkleNode(level: UInt8, index: UInt64) throws -> Digest32? {
+        var key = KeyBuffer()
+        key.append(level)
+        key.append(index)
+        return try key.with { k -> Digest32? in
+            guard let value = try txn.get(db.merkle, k) else { return nil }
+            guard value.count == 32 else { throw corrupt("a Merkle node of \(value.count) bytes") }
+            return Digest32(loading: value, at: 0)
+        }
+    }
+
+    func statistics() throws -> [(name: String, entries: Int, bytes: Int)] {
+        try LMDBEngine.specs.map { spec in
+            let stat = try txn.statistics(try txn.environment.require(spec.name))
+            return (spec.name, stat.entries, stat.bytes)
+        }
+    }
+
+    // MARK: Writing
+
+    func apply(_ batch: EngineBatch) throws {
+        for (sequence, bytes) in batch.records {
+            try KeyBuffer(sequence).with { k in
+                try bytes.withUnsafeBytes { v in try txn.put(db.log, k, v, flags: MDB_APPEND) }
+            }
+        }
+        for entry in batch.entries {
+            let normal = normalized(entry)
+            let dbi = db.of(normal.index)
+            try Self.withKeyValue(normal) { k, v in
+                switch normal {
+                case .merkleNode: try txn.put(dbi, k, v)
+                default: try txn.put(dbi, k, v, flags: MDB_NODUPDATA)
+                }
+            }
+        }
+        if let head = batch.head { try putMeta(LMDBEngine.headKey, Self.encodeHead(head)) }
+        for (lineage, state) in batch.lineageStates {
+            let value = ReadModel.encode(state)
+            try KeyBuffer(ReadModel.lineagePrefix, lineage.key).with { k in
+                try value.withUnsafeBytes { v in try txn.put(db.readModels, k, v) }
+            }
+        }
+        for account in batch.deletedAccounts {
+            try KeyBuffer(ReadModel.deletedPrefix, account.key).with { k in
+                try txn.put(db.readModels, k, UnsafeRawBufferPointer(start: nil, count: 0))
+            }
+        }
+        var roster = LedgerState()
+        for (staff, member) in batch.staff {
+            if let member {
+                roster.staff = [staff: member]
+                try putReadModels(Array(ReadModel.entries(of: roster).map { ($0.key, $0.value) }))
+            } else {
+                try removeReadModels([ReadModel.staffKey(staff)])
+            }
+        }
+        var cases = LedgerState()
+        for (caseId, transfer) in batch.transferCases {
+            cases.transfers = [caseId: transfer]
+            try putReadModels(Array(ReadModel.entries(of: cases).map { ($0.key, $0.value) }))
+        }
+        for insert in batch.vaultInserts {
+            try KeyBuffer(Self.vaultPrefix, insert.vaultKey).with { k in
+                try insert.account.key.withBytes { v in try txn.put(db.identities, k, v) }
+            }
+            try KeyBuffer(Self.sealedPrefix, insert.account.key).with { k in
+                try insert.sealedUID.withUnsafeBytes { v in try txn.put(db.identities, k, v) }
+            }
+        }
+        for erasure in batch.vaultErasures {
+            try KeyBuffer(Self.vaultPrefix, erasure.vaultKey).with { k in try txn.delete(db.identities, k) }
+            try KeyBuffer(Self.sealedPrefix, erasure.account.key).with { k in try txn.delete(db.identities, k) }
+        }
+        for (key, value) in batch.meta { try putMeta(Array(key.rawValue.utf8), value) }
+    }
+
+    func putMeta(_ key: [UInt8], _ value: [UInt8]) throws {
+        try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try txn.put(db.meta, k, v) } }
+    }
+
+    func remove(_ entries: [IndexEntry]) throws {
+        for entry in entries {
+            let normal = normalized(entry)
+            let dbi = db.of(normal.index)
+            try Self.withKeyValue(normal) { k, v in
+                switch normal {
+                case .merkleNode: try txn.delete(dbi, k)
+                case .malformed(let index, _, _) where index == .merkle: try txn.delete(dbi, k)
+                default: try txn.delete(dbi, k, value: v)
+                }
+            }
+        }
+    }
+
+    func removeReadModels(_ keys: [[UInt8]]) throws {
+        for key in keys { try key.withUnsafeBytes { k in try txn.delete(db.readModels, k) } }
+    }
+
+    func putReadModels(_ entries: [([UInt8], [UInt8])]) throws {
+        for (key, value) in entries {
+            try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try txn.put(db.readModels, k, v) } }
+        }
+    }
+}
+
+func u32(_ bytes: [UInt8]) -> UInt32? {
+    guard bytes.count == 4 else { return nil }
+    return try? ByteReader.reading(bytes) { r throws(DecodingFailure) in try r.u32() }
+}
+
+func u32Bytes(_ value: UInt32) -> [UInt8] {
+    var w = ByteWriter()
+    w.u32(value)
+    return w.output
+}
+
+func u64Bytes(_ value: UInt64) -> [UInt8] {
+    var w = ByteWriter()
+    w.u64(value)
+    return w.output
+}

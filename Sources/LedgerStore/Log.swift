@@ -1,0 +1,232 @@
+public import LedgerCore
+public import LedgerCrypto
+
+/// The RFC 6962 Merkle tree over the log's records (leaf i = record i + 1), kept as the log grows:
+/// its right edge in the head (``LogHead/frontier``), and the root of every perfect subtree of
+/// ``storedLeaves`` leaves or more as a stored node, so a root, an inclusion proof or a consistency
+/// proof costs O(log n) node reads plus at most ``storedLeaves`` leaf hashes at each edge, and
+/// `verify` can tell which block of records changed.
+public enum MerkleLog {
+    /// Nodes of this level and above are stored: ~0.25 bytes a record.
+    public static let storedLevel: UInt8 = 8
+    public static let storedLeaves: UInt64 = 1 << 8
+
+    /// Adds the leaf hash of record `count + 1` to `frontier` (the edge of `count` leaves), calling
+    /// `store` with each perfect subtree it completes at ``storedLevel`` or above.
+    public static func append(
+        _ leaf: Digest32, count: UInt64, frontier: inout [Digest32], hasher: LogHasher, store: (UInt8, UInt64, Digest32) -> Void
+    ) throws {
+        var node = leaf
+        var level: UInt8 = 0
+        while count >> UInt64(level) & 1 == 1, let left = frontier.popLast() {
+            node = try hasher.node(left, node)
+            level += 1
+            if level >= storedLevel { store(level, (count + 1 - (1 << UInt64(level))) >> UInt64(level), node) }
+        }
+        frontier.append(node)
+    }
+
+    /// The root of the tree whose right edge is `frontier` (SHA-256 of nothing for no leaves).
+    public static func root(frontier: [Digest32], hasher: LogHasher) throws -> Digest32 {
+        guard var root = frontier.last else { return try emptyRoot() }
+        for node in frontier.dropLast().reversed() { root = try hasher.node(node, root) }
+        return root
+    }
+
+    /// The root of the empty tree: SHA-256 of nothing.
+    public static func emptyRoot() throws -> Digest32 {
+        guard let root = Digest32(try MerkleTree.emptyRoot) else { throw CryptoError("SHA-256", detail: "the digest is not 32 bytes") }
+        return root
+    }
+
+    /// The root of leaves [lo, hi) of the log `reader` reads: a stored node when the range is one,
+    /// else the two halves RFC 6962 splits it into, down to leaf hashes of at most
+    /// ``storedLeaves`` records.
+    public static func subtreeRoot(_ lo: UInt64, _ hi: UInt64, reader: any EngineReader, hasher: LogHasher) throws -> Digest32 {
+        let count = hi - lo
+        if count >= storedLeaves, count & (count - 1) == 0, lo % count == 0,
+            let node = try reader.merkleNode(level: UInt8(count.trailingZeroBitCount), index: lo / count)
+        {
+            return node
+        }
+        if count <= storedLeaves {
+            var leaves: [[UInt8]] = []
+            leaves.reserveCapacity(Int(count))
+            try reader.forEachRecord(from: lo + 1, through: hi) { _, bytes in
+                leaves.append(try hasher.leafHash(bytes).bytes)
+                return true
+            }
+            guard leaves.count == Int(count) else { throw LedgerStoreError.corrupt("records \(lo + 1) to \(hi) are not all in the log") }
+            guard let root = Digest32(try MerkleTree.subtreeRoot(leaves, 0, leaves.count)) else {
+                throw CryptoError("SHA-256", detail: "the digest is not 32 bytes")
+            }
+            return root
+        }
+        let split = UInt64(MerkleTree.splitPoint(Int(count)))
+        return try hasher.node(
+            try subtreeRoot(lo, lo + split, reader: reader, hasher: hasher), try subtreeRoot(lo + split, hi, reader: reader, hasher: hasher))
+    }
+
+    /// The root of the first `size` records.
+    public static func root(size: UInt64, reader: any EngineReader, hasher: LogHasher) throws -> Digest32 {
+        size == 0 ? try emptyRoot() : try subtreeRoot(0, size, reader: reader, hasher: hasher)
+    }
+
+    /// The inclusion proof of record `sequence` in the tree of the first `size` records.
+    public static func inclusionProof(of sequence: UInt64, size: UInt64, reader: any EngineReader, hasher: LogHasher) throws -> [[UInt8]] {
+        try MerkleTree.inclusionProof(index: Int(sequence - 1), size: Int(size)) { lo, hi in
+            try subtreeRoot(UInt64(lo), UInt64(hi), reader: reader, hasher: hasher).bytes
+        }
+    }
+
+    /// The consistency proof from the first `oldSize` records to the first `size`.
+    public static func consistencyProof(from oldSize: UInt64, to size: UInt64, reader: any EngineReader, hasher: LogHasher) throws -> [[UInt8]] {
+        try MerkleTree.consistencyProof(oldSize: Int(oldSize), size: Int(size)) { lo, hi in
+            try subtreeRoot(UInt64(lo), UInt64(hi), reader: reader, hasher: hasher).bytes
+        }
+    }
+}
+
+/// The index entries a record implies (besides Merkle nodes): its command, every lineage it names
+/// (and, for a step of a transfer case that names only the case, the case's lineage), and every
+/// lineage it binds to an account (a binding, or a transfer's target).
+public func impliedEntries(of record: Record, caseLineage: (String) -> LineageKey?) -> [IndexEntry] {
+    var entries: [IndexEntry] = [.command(record.command, sequence: record.sequence)]
+    var lineages = record.lineages
+    for event in record.events {
+        switch event {
+        case .transferApproved(let e):
+            if let lineage = caseLineage(e.caseId), !lineages.contains(lineage) { lineages.append(lineage) }
+        case .transferRefused(let e):
+            if let lineage = caseLineage(e.caseId), !lineages.contains(lineage) { lineages.append(lineage) }
+        case .lineageBound(let lineage, let account):
+            entries.append(.accountLineage(account, lineage, sequence: record.sequence))
+        case .transferApplied(let e):
+            entries.append(.accountLineage(e.target, e.lineage, sequence: record.sequence))
+        default:
+            break
+        }
+    }
+    for lineage in lineages { entries.append(.lineage(lineage, sequence: record.sequence)) }
+    return entries
+}
+
+/// Appends records in a write group: assigns sequence numbers and `recordedAt` (never earlier than
+/// the head's), encodes, hashes (leaf and chain), grows the Merkle frontier, and collects the bytes,
+/// index entries, Merkle nodes and new head into an ``EngineBatch``.
+public struct LogAppender {
+    public private(set) var head: LogHead
+    public var batch = EngineBatch()
+    private let hasher: LogHasher
+
+    public init(head: LogHead) throws {
+        self.head = head
+        hasher = try LogHasher()
+    }
+
+    /// Appends a record of `events` (recorded at `recordedAt`, or at the head's time when that is
+    /// later) and returns it with its sequence number.
+    @discardableResult
+    public mutating func append(
+        recordedAt: Timestamp, at: Timestamp, command: Key128, attempt: UInt32, events: [LedgerEvent],
+        caseLineage: (String) -> LineageKey? = { _ in nil }
+    ) throws -> Record {
+        let record = Record(
+            sequence: head.sequence + 1, recordedAt: max(recordedAt, head.recordedAt), at: at, command: command, attempt: attempt,
+            events: events)
+        let bytes = RecordCodec.encode(record)
+        let leaf = try hasher.leafHash(bytes)
+        var frontier = head.frontier
+        var nodes: [IndexEntry] = []
+        try MerkleLog.append(leaf, count: head.sequence, frontier: &frontier, hasher: hasher) { level, index, node in
+            nodes.append(.merkleNode(level: level, index: index, hash: node))
+        }
+        head = LogHead(
+            sequence: record.sequence, chainHash: try hasher.chain(head.chainHash, sequence: record.sequence, leaf: leaf),
+            recordedAt: record.recordedAt, frontier: frontier)
+        batch.records.append((record.sequence, bytes))
+        batch.entries += impliedEntries(of: record, caseLineage: caseLineage) + nodes
+        batch.head = head
+        return record
+    }
+}
+
+/// Walks a log's stored records in order, recomputing leaf and chain hashes and the Merkle tree,
+/// and comparing them with the head and the stored Merkle nodes, so a walk tells not only that
+/// bytes changed but which records: the first block whose stored node no longer matches them, or
+/// the subtree of the head's frontier that does not.
+public struct ChainWalk {
+    public let head: LogHead
+    private let hasher: LogHasher
+    public private(set) var chain = Digest32.zero
+    /// The edge of the records walked so far.
+    public private(set) var frontier: [Digest32] = []
+    public private(set) var count: UInt64 = 0
+    public private(set) var fault: ChainFault?
+    private var changedBlock: ChainFault?
+
+    public init(head: LogHead) throws {
+        self.head = head
+        hasher = try LogHasher()
+    }
+
+    /// Hashes record `sequence`; `node` gets each Merkle node it completes. False (and ``fault`` set)
+    /// when the record is not the next one.
+    public mutating func add(
+        _ sequence: UInt64, _ bytes: UnsafeRawBufferPointer, reader: any EngineReader, node: (IndexEntry) -> Void = { _ in }
+    ) throws -> Bool {
+        guard sequence == count + 1 else {
+            fault = ChainFault(sequence: count + 1, through: count + 1, reason: "missing (the next stored record is \(sequence))")
+            return false
+        }
+        let leaf = try hasher.leafHash(bytes)
+        chain = try hasher.chain(chain, sequence: sequence, leaf: leaf)
+        var completed: [(UInt8, UInt64, Digest32)] = []
+        try MerkleLog.append(leaf, count: count, frontier: &frontier, hasher: hasher) { completed.append(($0, $1, $2)) }
+        for (level, index, hash) in completed {
+            node(.merkleNode(level: level, index: index, hash: hash))
+            if changedBlock == nil, try reader.merkleNode(level: level, index: index) != hash {
+                let size = UInt64(1) << UInt64(level)
+                changedBlock = ChainFault(
+                    sequence: index * size + 1, through: (index + 1) * size,
+                    reason: "the records' bytes changed: they no longer match their stored Merkle node or the head's hash chain")
+            }
+        }
+        count = sequence
+        return true
+    }
+
+    /// Records a fault found by the caller (a record that does not decode, or out of order).
+    public mutating func stop(_ fault: ChainFault) { self.fault = fault }
+
+    /// After the last record: the first fault, if any. Bytes changed in place are located to the
+    /// first stored node that no longer matches them, else to the subtree of the head's frontier
+    /// (the records after the last stored node) that does not.
+    public mutating func finish() -> ChainFault? {
+        if fault == nil, count != head.sequence {
+            fault = ChainFault(sequence: count + 1, through: head.sequence, reason: "missing: the head says \(head.sequence) records")
+        }
+        if fault == nil, chain != head.chainHash || frontier != head.frontier {
+            fault = changedBlock ?? tailFault()
+        }
+        return fault
+    }
+
+    /// The root of the records walked.
+    public func root() throws -> Digest32 { try MerkleLog.root(frontier: frontier, hasher: hasher) }
+
+    private func tailFault() -> ChainFault {
+        var start: UInt64 = 0
+        var bits = (0..<64).reversed().filter { head.sequence >> UInt64($0) & 1 == 1 }.makeIterator()
+        for (index, node) in frontier.enumerated() {
+            guard let bit = bits.next() else { break }
+            let size = UInt64(1) << UInt64(bit)
+            if index >= head.frontier.count || head.frontier[index] != node {
+                return ChainFault(
+                    sequence: start + 1, through: start + size, reason: "the records' bytes changed: they no longer match the head's hash chain")
+            }
+            start += size
+        }
+        return ChainFault(sequence: head.sequence, through: head.sequence, reason: "the head's chain hash does not match the records")
+    }
+}

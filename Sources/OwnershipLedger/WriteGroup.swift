@@ -1,0 +1,213 @@
+import LedgerCore
+import LedgerStore
+import Projections
+
+/// One write group as the engine sees it: the state the group's commands read, loaded in batches
+/// (``load(lineages:accounts:staff:cases:)``), then decided in memory on that state plus the group's
+/// own changes (a later command sees an earlier one's records, identities and effects), then
+/// written as one ``EngineBatch``.
+struct WriteGroup {
+    let store: LedgerStore
+    let reader: any EngineReader
+    /// The ledger clock (`recordedAt`).
+    let clock: () -> Timestamp
+    private(set) var appender: LogAppender
+    /// The state loaded so far, evolved by the group's records.
+    private(set) var state = LedgerState()
+    private var loadedLineages = Set<LineageKey>()
+    private var loadedAccounts = Set<AccountID>()
+    private var loadedDeleted = Set<AccountID>()
+    private var loadedStaff = false
+    private var loadedCases = Set<String>()
+    /// Latest record of each command looked up or appended (nil: it has none).
+    private var commands: [Key128: Record?] = [:]
+    /// Pseudonyms looked up, issued or erased in the group (nil: none).
+    private var pseudonyms: [Key128: AccountID?] = [:]
+    private var vaultInserts: [(vaultKey: Key128, account: AccountID, sealedUID: [UInt8])] = []
+    private var vaultErasures: [(vaultKey: Key128, account: AccountID)] = []
+    /// Read models the group changed (lineages: their persisted state as loaded, nil when none).
+    private var changedLineages = Set<LineageKey>()
+    private var persistedLineages: [LineageKey: LineageState] = [:]
+    private var changedDeleted: [AccountID] = []
+    private var changedStaff = Set<StaffID>()
+    private var changedCases = Set<String>()
+    /// Records appended to each lineage in the group (for lineage versions).
+    private var appendedOnLineage: [LineageKey: UInt64] = [:]
+
+    init(store: LedgerStore, reader: any EngineReader, clock: @escaping () -> Timestamp) throws {
+        self.store = store
+        self.reader = reader
+        self.clock = clock
+        appender = try LogAppender(head: try reader.head())
+    }
+
+    // MARK: Loading (batch reads of what the group has not loaded yet)
+
+    /// Loads the persisted state of `lineages`, the lineages currently bound to `accounts` (with
+    /// their states), whether `deleted` accounts were deleted, the roster and `cases`.
+    mutating func load(
+        lineages: [LineageKey] = [], accounts: [AccountID] = [], deleted: [AccountID] = [], staff: Bool = false, cases: [String] = []
+    ) throws {
+        var wanted = lineages.filter { !loadedLineages.contains($0) }
+        let newAccounts = accounts.filter { !loadedAccounts.contains($0) }
+        var everBound: [AccountID: [LineageKey]] = [:]
+        if !newAccounts.isEmpty {
+            everBound = try reader.lineages(boundTo: newAccounts)
+            wanted += everBound.values.joined().filter { !loadedLineages.contains($0) && !wanted.contains($0) }
+        }
+        if !wanted.isEmpty {
+            let states = try reader.lineageStates(wanted)
+            for lineage in wanted where !loadedLineages.contains(lineage) {
+                loadedLineages.insert(lineage)
+                if let persisted = states[lineage] {
+                    state.lineages[lineage] = persisted
+                    persistedLineages[lineage] = persisted
+                }
+            }
+        }
+        for account in newAccounts {
+            loadedAccounts.insert(account)
+            // Every lineage ever bound to the account, filtered by its current binding; plus those
+            // the group bound to it already.
+            var bound = state.accountLineages[account] ?? []
+            for lineage in everBound[account] ?? [] where state.lineage(lineage).binding == .bound(account) { bound.insert(lineage) }
+            state.accountLineages[account] = bound.isEmpty ? nil : bound
+        }
+        let newDeleted = (deleted + newAccounts).filter { !loadedDeleted.contains($0) }
+        if !newDeleted.isEmpty {
+            state.deletedAccounts.formUnion(try reader.deletedAccounts(among: newDeleted))
+            loadedDeleted.formUnion(newDeleted)
+        }
+        if staff && !loadedStaff {
+            state.staff = try reader.staff().merging(state.staff) { _, group in group }
+            loadedStaff = true
+        }
+        let newCases = cases.filter { !loadedCases.contains($0) }
+        if !newCases.isEmpty {
+            for (id, transfer) in try reader.transferCases(newCases) where state.transfers[id] == nil { state.transfers[id] = transfer }
+            loadedCases.formUnion(newCases)
+        }
+    }
+
+    /// The latest record of `command`, if any (looking up several at once is ``prefetch(commands:uids:)``).
+    mutating func latestRecord(of command: Key128) throws -> Record? {
+        if let known = commands[command] { return known }
+        try prefetch(commands: [command])
+        return commands[command] ?? nil
+    }
+
+    /// Looks up the latest records of `commands` and the pseudonyms of `uids` in two batch reads.
+    mutating func prefetch(commands wanted: [Key128] = [], uids: [String] = []) throws {
+        let commandKeys = wanted.filter { commands[$0] == nil }
+        if !commandKeys.isEmpty {
+            let found = try reader.latestRecords(ofCommands: commandKeys)
+            for key in commandKeys {
+                commands[key] = try found[key].map { try RecordCodec.decode($0.bytes, sequence: $0.sequence) } as Record?
+            }
+        }
+        let vaultKeys = try uids.map { try store.keys.vaultKey(uid: $0) }.filter { pseudonyms[$0] == nil }
+        if !vaultKeys.isEmpty {
+            let found = try reader.pseudonyms(vaultKeys: vaultKeys)
+            for key in vaultKeys { pseudonyms[key] = found[key] as AccountID? }
+        }
+    }
+
+    /// The pseudonym of the live account `uid`, if any.
+    mutating func pseudonym(ofUID uid: String) throws -> AccountID? {
+        let vaultKey = try store.keys.vaultKey(uid: uid)
+        if pseudonyms[vaultKey] == nil { try prefetch(uids: [uid]) }
+        return pseudonyms[vaultKey] ?? nil
+    }
+
+    /// The pseudonym of `uid`, issuing a random one (kept with the UID sealed) for a new account.
+    mutating func pseudonym(forUID uid: String) throws -> AccountID {
+        if let existing = try pseudonym(ofUID: uid) { return existing }
+        let issued = try store.issuePseudonym(forUID: uid)
+        vaultInserts.append((issued.vaultKey, issued.account, issued.sealedUID))
+        pseudonyms[issued.vaultKey] = issued.account
+        return issued.account
+    }
+
+    /// Erases `uid`'s mapping in the group (the account's deletion).
+    mutating func eraseIdentity(uid: String) throws {
+        guard let account = try pseudonym(ofUID: uid) else { return }
+        let vaultKey = try store.keys.vaultKey(uid: uid)
+        vaultInserts.removeAll { $0.vaultKey == vaultKey }
+        vaultErasures.append((vaultKey, account))
+        pseudonyms[vaultKey] = .some(nil)
+    }
+
+    /// The UID of a live account (for display), if the vault still has it.
+    func uid(of account: AccountID) throws -> String? {
+        if let issued = vaultInserts.first(where: { $0.account == account }) {
+            return try store.uid(sealed: issued.sealedUID)
+        }
+        guard !vaultErasures.contains(where: { $0.account == account }) else { return nil }
+        return try store.uid(of: account, in: reader)
+    }
+
+    /// The version a transfer plan states: the number of the lineage's records, including the
+    /// group's, other than steps of transfer cases (approvals and refusals change nothing).
+    func lineageVersion(_ lineage: LineageKey) throws -> UInt64 {
+        var version = appendedOnLineage[lineage] ?? 0
+        for sequence in try reader.sequences(ofLineage: lineage, through: reader.head().sequence) {
+            guard let bytes = try reader.record(sequence) else { throw LedgerStoreError.corrupt("record \(sequence) is missing from the log") }
+            if !Self.isCaseStep(try RecordCodec.decode(bytes, sequence: sequence)) { version += 1 }
+        }
+        return version
+    }
+
+    /// A transfer approval or refusal: on a lineage's index, but it changes nothing there.
+    static func isCaseStep(_ record: Record) -> Bool {
+        record.events.allSatisfy {
+            switch $0 {
+            case .transferApproved, .transferRefused: true
+            default: false
+            }
+        }
+    }
+
+    // MARK: Appending
+
+    /// Appends one record of `events` for `command` (recorded now by the ledger clock; `at` is the
+    /// business time) and evolves the group's state by it.
+    @discardableResult
+    mutating func append(_ events: [LedgerEvent], at: Timestamp, command: Key128, attempt: UInt32) throws -> Record {
+        let transfers = state.transfers
+        let caseLineage = { (caseId: String) in transfers[caseId]?.request.plan.lineage }
+        let record = try appender.append(recordedAt: clock(), at: at, command: command, attempt: attempt, events: events, caseLineage: caseLineage)
+        if !Self.isCaseStep(record) {
+            for case .lineage(let lineage, _) in impliedEntries(of: record, caseLineage: caseLineage) { appendedOnLineage[lineage, default: 0] += 1 }
+        }
+        for event in events {
+            StateProjection.evolve(&state, event)
+            if let lineage = event.lineage { changedLineages.insert(lineage) }
+            switch event {
+            case .accountDeleted(let account): changedDeleted.append(account)
+            case .staffEnrolled(let e): changedStaff.insert(e.staff)
+            case .staffRemoved(let e): changedStaff.insert(e.staff)
+            case .transferRequested(let e): changedCases.insert(e.plan.caseId)
+            case .transferApproved(let e): changedCases.insert(e.caseId)
+            case .transferApplied(let e): changedCases.insert(e.caseId)
+            default: break
+            }
+        }
+        commands[command] = record
+        return record
+    }
+
+    /// Everything the group changed, as one batch.
+    func batch() -> EngineBatch {
+        var batch = appender.batch
+        batch.lineageStates = changedLineages.sorted().compactMap { lineage in
+            guard let now = state.lineages[lineage], now != persistedLineages[lineage] else { return nil }
+            return (lineage, now)
+        }
+        batch.deletedAccounts = changedDeleted
+        batch.staff = changedStaff.sorted().map { ($0, state.staff[$0]) }
+        batch.transferCases = changedCases.sorted().compactMap { id in state.transfers[id].map { (id, $0) } }
+        batch.vaultInserts = vaultInserts
+        batch.vaultErasures = vaultErasures
+        return batch
+    }
+}
