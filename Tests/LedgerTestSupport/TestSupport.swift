@@ -223,7 +223,9 @@ public enum LedgerBinary {
         try process.run()
         let data = stdinData
         DispatchQueue.global().async {
-            input.fileHandleForWriting.write(data)
+            // A command that fails before reading its input closes the pipe: EPIPE here is not an error (the
+            // non-throwing `write(_:)` traps on it).
+            try? input.fileHandleForWriting.write(contentsOf: data)
             try? input.fileHandleForWriting.close()
         }
         return Running(process: process, out: out, err: err)
