@@ -26,11 +26,13 @@ let package = Package(
             dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "LedgerStore", "AppleSignedData", "StrictJSON", "AppStoreServerAPI"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
         .target(name: "FirebaseAuth", dependencies: ["LedgerCrypto", "COpenSSL", "StrictJSON"]),
-        .target(name: "LedgerService", dependencies: ["OwnershipLedger", "HTTPServer", "FirebaseAuth", "StrictJSON"]),
+        .target(name: "LedgerService", dependencies: ["OwnershipLedger", "HTTPServer", "FirebaseAuth", "StrictJSON", "AppStoreServerAPI"]),
         .executableTarget(name: "ledger", dependencies: ["OwnershipLedger", "StrictJSON", "LedgerService", "HTTPServer", "FirebaseAuth"]),
         .target(
             name: "LedgerTestSupport",
-            dependencies: ["OwnershipLedger", "LedgerCore", "LedgerStore", "LedgerCrypto", "AppleSignedData", "StrictJSON", "AppStoreServerAPI"],
+            dependencies: [
+                "OwnershipLedger", "LedgerCore", "LedgerStore", "LedgerCrypto", "AppleSignedData", "StrictJSON", "AppStoreServerAPI", "HTTPServer",
+            ],
             path: "Tests/LedgerTestSupport"),
         .testTarget(name: "StrictJSONTests", dependencies: ["StrictJSON", "LedgerTestSupport"]),
         .testTarget(name: "LedgerCoreTests", dependencies: ["LedgerCore", "Projections", "LedgerTestSupport"]),
@@ -42,7 +44,8 @@ let package = Package(
         .testTarget(name: "LedgerCryptoTests", dependencies: ["LedgerCrypto", "LedgerTestSupport", "COpenSSL"]),
         .testTarget(name: "FirebaseAuthTests", dependencies: ["FirebaseAuth", "HTTPServer", "LedgerTestSupport"], exclude: ["Keys"]),
         .testTarget(
-            name: "LedgerServiceTests", dependencies: ["LedgerService", "FirebaseAuth", "OwnershipLedger", "AppleSignedData", "LedgerTestSupport"]),
+            name: "LedgerServiceTests",
+            dependencies: ["LedgerService", "FirebaseAuth", "OwnershipLedger", "AppleSignedData", "LedgerCrypto", "LedgerTestSupport"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "LedgerTestSupport"], exclude: ["TLS"]),
         .testTarget(name: "OwnershipLedgerTests", dependencies: ["OwnershipLedger", "LedgerTestSupport"]),
         .testTarget(

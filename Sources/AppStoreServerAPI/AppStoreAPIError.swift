@@ -13,6 +13,8 @@ public struct AppStoreAPIError: Error, CustomStringConvertible, Sendable, Equata
         case unavailable
         /// Any other answer: a 4xx Apple explains with an error code, a redirect, an unreadable body.
         case rejected
+        /// The caller gave up while waiting to retry (``AppStoreServerAPIClient/RetryPolicy/sleep``).
+        case cancelled
     }
 
     public var kind: Kind

@@ -21,12 +21,16 @@ public final class AppStoreServerAPIClient: Sendable {
         public var maximumDelay: Double
         /// The longest `Retry-After` honoured; a longer one ends the request with `.rateLimited`.
         public var maximumRetryAfter: Double
-        /// Waits the given seconds (tests record instead of sleeping).
-        public var sleep: @Sendable (Double) -> Void
+        /// Waits the given seconds before a retry; returns false to give up instead (a service
+        /// stopping). Tests record the waits instead of sleeping.
+        public var sleep: @Sendable (Double) -> Bool
 
         public init(
             maximumAttempts: Int = 6, initialDelay: Double = 1, maximumDelay: Double = 30, maximumRetryAfter: Double = 300,
-            sleep: @escaping @Sendable (Double) -> Void = { Thread.sleep(forTimeInterval: $0) }
+            sleep: @escaping @Sendable (Double) -> Bool = {
+                Thread.sleep(forTimeInterval: $0)
+                return true
+            }
         ) {
             self.maximumAttempts = max(1, maximumAttempts)
             self.initialDelay = initialDelay
@@ -169,7 +173,7 @@ public final class AppStoreServerAPIClient: Sendable {
                 guard attempt < retry.maximumAttempts else {
                     throw AppStoreAPIError(.unavailable, endpoint: endpoint, "\(reason) (gave up after \(attempt) attempts)")
                 }
-                wait(retry.backoff(attempt), endpoint: endpoint, reason: reason, attempt: attempt)
+                try wait(retry.backoff(attempt), endpoint: endpoint, reason: reason, attempt: attempt)
                 continue
             }
             observer?(.answered(endpoint: endpoint, status: response.status, seconds: Self.seconds(since: started)))
@@ -197,12 +201,12 @@ public final class AppStoreServerAPIClient: Sendable {
                         "rate limited: Apple asks to retry after \(Int(delay)) s, longer than the \(Int(retry.maximumRetryAfter)) s this client waits"
                     )
                 }
-                wait(delay, endpoint: endpoint, reason: "429 rate limited" + (header.map { " (Retry-After: \($0))" } ?? ""), attempt: attempt)
+                try wait(delay, endpoint: endpoint, reason: "429 rate limited" + (header.map { " (Retry-After: \($0))" } ?? ""), attempt: attempt)
             case _ where (500..<600).contains(status) || retryable:
                 guard attempt < retry.maximumAttempts else {
                     throw failure(.unavailable, "Apple could not answer (gave up after \(attempt) attempts)")
                 }
-                wait(retry.backoff(attempt), endpoint: endpoint, reason: "\(status)", attempt: attempt)
+                try wait(retry.backoff(attempt), endpoint: endpoint, reason: "\(status)", attempt: attempt)
             case 404:
                 throw failure(.notFound, notFound)
             case 300..<400:
@@ -213,9 +217,12 @@ public final class AppStoreServerAPIClient: Sendable {
         }
     }
 
-    private func wait(_ delay: Double, endpoint: String, reason: String, attempt: Int) {
+    /// Waits `delay` seconds before the next attempt; throws `.cancelled` when the policy's sleep gives up.
+    private func wait(_ delay: Double, endpoint: String, reason: String, attempt: Int) throws(AppStoreAPIError) {
         observer?(.retrying(endpoint: endpoint, reason: reason, delay: delay, attempt: attempt))
-        if delay > 0 { retry.sleep(delay) }
+        guard retry.sleep(max(0, delay)) else {
+            throw AppStoreAPIError(.cancelled, endpoint: endpoint, "stopped while waiting to retry after \(reason)")
+        }
     }
 
     private static func seconds(since start: DispatchTime) -> Double {

@@ -23,11 +23,14 @@ public final class LedgerService: Sendable {
         public var queueCapacity: Int
         /// Receives each log line (JSON, one per request and per event); standard error by default.
         public var log: @Sendable (String) -> Void
+        /// Fetch missed notifications from the App Store Server API on a timer; never when nil.
+        public var backfill: BackfillSchedule?
 
         public init(
             http: HTTPServer.Configuration, firebaseProjectId: String, firebaseCertificates: FirebaseKeySource.Location,
             clockSkew: Int64 = 300,
-            serviceTokens: ServiceTokens? = nil, queueCapacity: Int = 8_192, log: @escaping @Sendable (String) -> Void = standardError
+            serviceTokens: ServiceTokens? = nil, queueCapacity: Int = 8_192, log: @escaping @Sendable (String) -> Void = standardError,
+            backfill: BackfillSchedule? = nil
         ) {
             self.http = http
             self.firebaseProjectId = firebaseProjectId
@@ -36,6 +39,7 @@ public final class LedgerService: Sendable {
             self.serviceTokens = serviceTokens
             self.queueCapacity = queueCapacity
             self.log = log
+            self.backfill = backfill
         }
     }
 
@@ -49,9 +53,11 @@ public final class LedgerService: Sendable {
     public var port: UInt16 { server.port }
     private let server: HTTPServer
     private let routes: Routes
+    private let backfill: PeriodicBackfill?
 
     /// Opens the service on `ledger`: loads the Firebase certificates (a file must load; a URL
-    /// that cannot be fetched yet is logged and retried on use), starts the writer, then listens.
+    /// that cannot be fetched yet is logged and retried on use), starts the writer, then listens,
+    /// then starts the periodic backfill when configured.
     public init(ledger: Ledger, configuration: Configuration) throws {
         let metrics = Metrics()
         let log = configuration.log
@@ -68,6 +74,7 @@ public final class LedgerService: Sendable {
         } catch {
             if case .file = configuration.firebaseCertificates { throw error }
         }
+        let backfill = try configuration.backfill.map { try PeriodicBackfill(ledger: ledger, schedule: $0, metrics: metrics, log: log) }
         let committer = GroupCommitter(ledger: ledger, capacity: configuration.queueCapacity) { commit in
             metrics.commit(submissions: commit.submissions, seconds: commit.seconds)
         }
@@ -100,11 +107,14 @@ public final class LedgerService: Sendable {
             throw error
         }
         self.routes = routes
+        self.backfill = backfill
+        backfill?.start()
     }
 
-    /// SIGTERM's work: stop accepting, answer what is in flight (its commits made durable, within
-    /// `grace` seconds), stop the writer, close every connection.
+    /// SIGTERM's work: stop the backfill after its current page, stop accepting, answer what is in
+    /// flight (its commits made durable, within `grace` seconds), stop the writer, close every connection.
     public func shutdown(grace: Double = 30) {
+        backfill?.stop(grace: grace)
         routes.startDraining()
         server.shutdown(grace: grace)
         routes.committer.close()

@@ -1,4 +1,5 @@
 import Foundation
+import OwnershipLedger
 
 /// The service's counters, gauges and histograms, rendered in the Prometheus text format
 /// (version 0.0.4). Labels carry only route templates, statuses and codes: never an identifier.
@@ -32,6 +33,10 @@ final class Metrics: @unchecked Sendable {
     private var tokenFailures: [String: Int] = [:]
     private var jwsFailures: [String: Int] = [:]
     private var keyRefreshes: [String: Int] = [:]
+    private var backfillRuns: [String: Int] = [:]
+    private var backfillNotifications: [String: Int] = [:]
+    private var backfillLastSuccess: Int64?
+    private var appleRequests: [String: [Int: Int]] = [:]
     private var commitSize = Histogram(bounds: groupBounds)
     private var commitSeconds = Histogram(bounds: secondsBounds)
 
@@ -65,6 +70,21 @@ final class Metrics: @unchecked Sendable {
             commitSeconds.observe(seconds)
         }
     }
+
+    /// One backfill run (`--backfill-every`) that started at `at` (ms): its summary, nil when it failed.
+    func backfill(_ summary: Ledger.BackfillSummary?, at: Int64) {
+        lock.withLock {
+            backfillRuns[summary == nil ? "failed" : "ok", default: 0] += 1
+            guard let summary else { return }
+            backfillNotifications["new", default: 0] += summary.new
+            backfillNotifications["duplicate", default: 0] += summary.duplicate
+            backfillNotifications["invalid", default: 0] += summary.invalid
+            backfillLastSuccess = at
+        }
+    }
+
+    /// One App Store Server API attempt answered `status` (0: no answer, a network error).
+    func appleRequest(endpoint: String, status: Int) { lock.withLock { appleRequests[endpoint, default: [:]][status, default: 0] += 1 } }
 
     /// The text exposition; `gauges` are read at scrape time.
     func render(gauges: [(name: String, help: String, value: Double)]) -> String {
@@ -107,6 +127,24 @@ final class Metrics: @unchecked Sendable {
             header("ledger_firebase_key_refreshes_total", "counter", "Fetches of the Firebase token certificates, by result.")
             for (result, count) in keyRefreshes.sorted(by: { $0.key < $1.key }) {
                 out += "ledger_firebase_key_refreshes_total{result=\"\(result)\"} \(count)\n"
+            }
+            if !backfillRuns.isEmpty {
+                header("ledger_backfill_runs_total", "counter", "Notification backfill runs (--backfill-every), by result.")
+                for (result, count) in backfillRuns.sorted(by: { $0.key < $1.key }) {
+                    out += "ledger_backfill_runs_total{result=\"\(result)\"} \(count)\n"
+                }
+                header("ledger_backfill_notifications_total", "counter", "Notifications fetched by the backfill, by what became of them.")
+                for result in ["new", "duplicate", "invalid"] {
+                    out += "ledger_backfill_notifications_total{result=\"\(result)\"} \(backfillNotifications[result] ?? 0)\n"
+                }
+                header("ledger_backfill_last_success_timestamp_seconds", "gauge", "Start of the last successful backfill run (0: none yet).")
+                out += "ledger_backfill_last_success_timestamp_seconds \((backfillLastSuccess ?? 0) / 1000)\n"
+                header("ledger_apple_api_requests_total", "counter", "App Store Server API attempts, by endpoint and status (0: no answer).")
+                for endpoint in appleRequests.keys.sorted() {
+                    for (status, count) in (appleRequests[endpoint] ?? [:]).sorted(by: { $0.key < $1.key }) {
+                        out += "ledger_apple_api_requests_total{endpoint=\"\(endpoint)\",status=\"\(status)\"} \(count)\n"
+                    }
+                }
             }
             for gauge in gauges {
                 header(gauge.name, "gauge", gauge.help)

@@ -95,14 +95,15 @@ extension Ledger {
     /// Fetches every notification Apple attempted to send between `since` and `until` (**Get
     /// Notification History**, page by page) and decides each `signedPayload` as a notification,
     /// exactly as `ledger submit` would. A page is decided and durably committed before the next is
-    /// requested; `progress` sees the totals after each page. Notifications already in the ledger are
-    /// duplicates (same notification UUID) and change nothing.
+    /// requested; `progress` sees the totals after each page, and may throw to stop there (the pages
+    /// decided stay). Notifications already in the ledger are duplicates (same notification UUID) and
+    /// change nothing.
     /// - Throws: ``BackfillWindowError`` before any request; ``AppStoreAPIError`` when Apple cannot be
     ///   read (the pages before it stay decided); a store error.
     @discardableResult
     public func backfillNotifications(
         from client: AppStoreServerAPIClient, since: Timestamp, until: Timestamp, clock: @Sendable () -> Timestamp = LedgerTime.now,
-        progress: ((BackfillSummary) -> Void)? = nil
+        progress: ((BackfillSummary) throws -> Void)? = nil
     ) throws -> BackfillSummary {
         try checkBackfillWindow(since: since, until: until, now: clock())
         var summary = BackfillSummary(since: since, until: until)
@@ -135,7 +136,7 @@ extension Ledger {
                 }
             }
             summary.pages += 1
-            progress?(summary)
+            try progress?(summary)
             token = page.hasMore ? page.paginationToken : nil
         } while token != nil
         return summary

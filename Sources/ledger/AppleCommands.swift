@@ -35,7 +35,7 @@ struct AppleCommand: Subcommand {
         3 store error, 4 when Apple could not be used (401: wrong key id, issuer id or key; 404: unknown
         transaction id; still 429 or 5xx after the retries).
         """
-    static let apiOptions: Set<String> = ["issuer-id", "key-id", "private-key", "api-base-url"]
+    static let apiOptions = AppleAPIOptions.names
     static let options: Set<String> = apiOptions.union(["since", "until", "original-transaction-id"])
     static let positionals = 1...2
 
@@ -75,19 +75,8 @@ struct AppleCommand: Subcommand {
 
     /// The ledger and a client for its environment, with the key read and checked.
     static func connect(_ arguments: Arguments, progress: Progress) throws -> (Ledger, AppStoreServerAPIClient) {
-        let privateKey = try AppStoreConnectCredentials.privateKey(file: try arguments.required("private-key"))
-        let credentials = try AppStoreConnectCredentials(
-            issuerId: try arguments.required("issuer-id"), keyId: try arguments.required("key-id"), privateKey: privateKey)
-        var base: URL?
-        if let text = arguments.value("api-base-url") {
-            guard let url = URL(string: text) else { throw CLIError.usage("--api-base-url \(text) is not a URL") }
-            base = url
-        }
         let ledger = try openLedger(arguments)
-        guard let baseURL = base ?? AppStoreServerAPIClient.baseURL(for: ledger.configuration.environment) else {
-            throw CLIError.usage(
-                "the ledger's environment \(ledger.configuration.environment.rawValue) has no App Store server: give --api-base-url")
-        }
+        let (credentials, baseURL) = try AppleAPIOptions.read(arguments, environment: ledger.configuration.environment)
         let client = try AppStoreServerAPIClient(
             baseURL: baseURL, credentials: credentials, bundleId: ledger.configuration.bundleId, clock: LedgerTime.now,
             observer: progress.apiEvent)
@@ -175,5 +164,43 @@ struct AppleCommand: Subcommand {
                 }
             }
         }
+    }
+}
+
+/// The options of every command that calls the App Store Server API (`apple …`, `serve --backfill-every`).
+enum AppleAPIOptions {
+    static let names: Set<String> = ["issuer-id", "key-id", "private-key", "api-base-url"]
+
+    /// The key from --issuer-id, --key-id and --private-key (mode 0600 required), and --api-base-url or
+    /// Apple's server for `environment`. Every problem is a usage error.
+    static func read(_ arguments: Arguments, environment: AppleEnvironment) throws -> (AppStoreConnectCredentials, URL) {
+        do {
+            let privateKey = try AppStoreConnectCredentials.privateKey(file: try arguments.required("private-key"))
+            let credentials = try AppStoreConnectCredentials(
+                issuerId: try arguments.required("issuer-id"), keyId: try arguments.required("key-id"), privateKey: privateKey)
+            guard let text = arguments.value("api-base-url") else {
+                guard let url = AppStoreServerAPIClient.baseURL(for: environment) else {
+                    throw CLIError.usage("the ledger's environment \(environment.rawValue) has no App Store server: give --api-base-url")
+                }
+                return (credentials, url)
+            }
+            guard let url = URL(string: text) else { throw CLIError.usage("--api-base-url \(text) is not a URL") }
+            return (credentials, url)
+        } catch let error as AppStoreAPIError {
+            throw CLIError.usage(error.message)
+        }
+    }
+}
+
+extension Arguments {
+    /// A duration: seconds (`90`), or a number with `s`, `m`, `h` or `d` (`15m`, `1h`); more than 0.
+    func duration(_ name: String) throws -> Double? {
+        guard let text = value(name) else { return nil }
+        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3_600, "d": 86_400]
+        let unit = text.last.flatMap { units[$0] }
+        guard let number = Double(unit == nil ? Substring(text) : text.dropLast()), number.isFinite, number > 0, number <= 366 * 86_400 else {
+            throw CLIError.usage("--\(name) \(text) is not a duration (e.g. 90, 90s, 15m, 1h, 3d)")
+        }
+        return number * (unit ?? 1)
     }
 }

@@ -1,3 +1,4 @@
+import AppleSignedData
 import FirebaseAuth
 import Foundation
 import HTTPServer
@@ -13,6 +14,8 @@ struct ServeCommand: Subcommand {
                             [--tls-certificate FILE --tls-key FILE]
                             [--clock-skew SECONDS] [--threads N] [--queue N] [--max-connections N]
                             [--idle-timeout SECONDS] [--body-timeout SECONDS]
+                            [--backfill-every DURATION [--backfill-window DURATION]
+                             --issuer-id ID --key-id ID --private-key FILE [--api-base-url URL]]
 
         One long-running process that owns the store: POST /v1/apple/notifications (the App Store),
         POST /v1/transactions, GET /v1/entitlements and DELETE /v1/account (the app, with a Firebase ID
@@ -31,12 +34,18 @@ struct ServeCommand: Subcommand {
         --max-connections        open connections (default 1024)
         --idle-timeout           seconds before an idle or stalled connection is closed (default 30)
         --body-timeout           seconds a request body may take to arrive (default 30)
+        --backfill-every         fetch the notifications Apple sent (App Store Server API, Get Notification
+                                 History) every DURATION (90, 15m, 1h) and decide those the ledger missed, as
+                                 `ledger apple notifications backfill` does; the first run at start reaches back
+                                 --backfill-window (default 72h), each later one to an hour before the last
+                                 successful one began. The key options are those of `ledger apple`
+                                 (docs/apple-api.md). Runs are logged and counted in /metrics.
         Exit 0 after a clean shutdown, 2 for a bad option or an address it cannot listen on, 3 store error.
         """
-    static let options: Set<String> = [
+    static let options = Set([
         "listen", "firebase-project-id", "firebase-certificates", "service-token-file", "tls-certificate", "tls-key",
-        "clock-skew", "threads", "queue", "max-connections", "idle-timeout", "body-timeout",
-    ]
+        "clock-skew", "threads", "queue", "max-connections", "idle-timeout", "body-timeout", "backfill-every", "backfill-window",
+    ]).union(AppleAPIOptions.names)
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let (host, port) = try listenAddress(try arguments.required("listen"))
@@ -59,6 +68,7 @@ struct ServeCommand: Subcommand {
             }
         }
         let ledger = try openLedger(arguments)
+        configuration.backfill = try backfillSchedule(arguments, environment: ledger.configuration.environment)
         let service: LedgerService
         do {
             service = try LedgerService(ledger: ledger, configuration: configuration)
@@ -84,6 +94,23 @@ struct ServeCommand: Subcommand {
         LedgerService.standardError(JSONLine.render(["event": "stopped"]))
         sources.forEach { $0.cancel() }
         return .success
+    }
+
+    /// The periodic backfill of `--backfill-every`, with the API options it needs; nil without it.
+    static func backfillSchedule(_ arguments: Arguments, environment: AppleEnvironment) throws -> BackfillSchedule? {
+        let given = AppleAPIOptions.names.union(["backfill-window"]).filter { arguments.value($0) != nil }.sorted()
+        guard let every = try arguments.duration("backfill-every") else {
+            guard given.isEmpty else { throw CLIError.usage("--\(given[0]) goes with --backfill-every") }
+            return nil
+        }
+        let (credentials, baseURL) = try AppleAPIOptions.read(arguments, environment: environment)
+        let window = try arguments.duration("backfill-window") ?? 72 * 3_600
+        let retention = Double(Ledger.notificationHistoryRetention(environment) / 1000)
+        guard window <= retention else {
+            throw CLIError.usage(
+                "--backfill-window is longer than the \(Int(retention / 86_400)) days Apple keeps \(environment.rawValue) notification history")
+        }
+        return BackfillSchedule(credentials: credentials, baseURL: baseURL, every: every, window: Int64(window * 1000))
     }
 
     /// `HOST:PORT`, with an IPv6 host in brackets (`[::1]:8443`).

@@ -175,6 +175,22 @@ import Testing
         #expect(f.server.requests.count == 5)
     }
 
+    @Test func aRetryPolicyThatGivesUpCancelsTheRequest() throws {
+        let f = try AppleAPIFixture()
+        defer { f.cleanUp() }
+        f.server.fault(request: 1, .status(503))
+        let credentials = try AppStoreConnectCredentials(issuerId: f.server.expected.issuerId, keyId: f.server.expected.keyId, privateKey: f.key)
+        let client = try AppStoreServerAPIClient(
+            baseURL: f.server.baseURL, credentials: credentials, bundleId: Fixtures.bundleId, retry: .init(sleep: { _ in false }),
+            clock: LedgerTime.now)
+        #expect {
+            try client.notificationHistory(startDate: 1, endDate: 2, paginationToken: nil)
+        } throws: { error in
+            (error as? AppStoreAPIError)?.kind == .cancelled && "\(error)".contains("stopped while waiting to retry after 503")
+        }
+        #expect(f.server.requests.count == 1)
+    }
+
     @Test func networkErrorsAreRetriedThenNamed() throws {
         let f = try AppleAPIFixture()
         defer { f.cleanUp() }

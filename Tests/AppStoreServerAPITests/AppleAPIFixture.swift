@@ -100,6 +100,10 @@ final class AppleAPIFixture: @unchecked Sendable {
 final class Sleeps: @unchecked Sendable {
     private let lock = NSLock()
     private var all: [Double] = []
-    func add(_ seconds: Double) { lock.withLock { all.append(seconds) } }
+    /// Records the wait; true (retry).
+    func add(_ seconds: Double) -> Bool {
+        lock.withLock { all.append(seconds) }
+        return true
+    }
     var list: [Double] { lock.withLock { all } }
 }

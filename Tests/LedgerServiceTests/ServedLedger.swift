@@ -80,7 +80,8 @@ final class ServedLedger: @unchecked Sendable {
     /// A gauge or counter of `/metrics` (the sample whose name and labels are `sample`).
     func metric(_ sample: String) throws -> Double? {
         let text = try client.get("/metrics").text
-        return text.split(separator: "\n").first { $0.hasPrefix(sample + " ") }.flatMap { Double($0.split(separator: " ")[1]) }
+        // The value follows the last space: label values may hold spaces (`endpoint="POST /inApps/…"`).
+        return text.split(separator: "\n").first { $0.hasPrefix(sample + " ") }.flatMap { Double($0.split(separator: " ").last ?? "") }
     }
 
     /// Polls `condition` for up to 20 seconds; whether it became true.

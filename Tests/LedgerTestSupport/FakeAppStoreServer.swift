@@ -1,42 +1,43 @@
 import Foundation
 import HTTPServer
 import LedgerCrypto
-import LedgerTestSupport
 
 /// A local stand-in for Apple's App Store Server on 127.0.0.1: Get Notification History and Get
 /// Transaction History v2, paginated, serving JWS signed with the test PKI. It checks every request's
 /// token as Apple would (ES256 signature with the expected key's public half, `kid`, `typ`, `iss`,
 /// `aud`, `bid`, `iat`, `exp` at most an hour after `iat`) and answers 401 otherwise; it answers
 /// scripted faults (429, 503, a stalled answer) at chosen request numbers.
-final class FakeAppStoreServer: @unchecked Sendable {
+public final class FakeAppStoreServer: @unchecked Sendable {
     /// What the server expects of tokens.
-    struct Expected {
-        var publicKey: ES256PublicKey
-        var keyId = "TESTKEY123"
-        var issuerId = "57246542-96fe-1a63-e053-0824d011072a"
-        var bundleId = Fixtures.bundleId
+    public struct Expected: Sendable {
+        public var publicKey: ES256PublicKey
+        public var keyId = "TESTKEY123"
+        public var issuerId = "57246542-96fe-1a63-e053-0824d011072a"
+        public var bundleId = Fixtures.bundleId
+
+        public init(publicKey: ES256PublicKey) { self.publicKey = publicKey }
     }
 
     /// A scripted answer in place of the real one.
-    enum Fault {
+    public enum Fault {
         case status(Int, headers: [(name: String, value: String)] = [], body: String = "")
         /// Holds the answer until `release()`; then answers normally.
         case stall
     }
 
     /// One request as received.
-    struct Logged {
-        var method: String
-        var path: String
-        var query: [String: String]
-        var body: [String: Any]
-        var token: String
+    public struct Logged: @unchecked Sendable {
+        public var method: String
+        public var path: String
+        public var query: [String: String]
+        public var body: [String: Any]
+        public var token: String
         /// Why the token was refused; nil when it was accepted.
-        var tokenProblem: String?
-        var claims: [String: Any]
+        public var tokenProblem: String?
+        public var claims: [String: Any]
     }
 
-    let expected: Expected
+    public let expected: Expected
     private let lock = NSLock()
     private var server: HTTPServer?
     private var notifications: [(signedDate: Int64, jws: String)] = []
@@ -44,9 +45,10 @@ final class FakeAppStoreServer: @unchecked Sendable {
     private var faults: [Int: Fault] = [:]
     private var log: [Logged] = []
     private let stallGate = DispatchSemaphore(value: 0)
-    var pageSize = 2
+    /// Items per page.
+    public var pageSize = 2
 
-    init(expected: Expected) throws {
+    public init(expected: Expected) throws {
         self.expected = expected
         server = try HTTPServer(configuration: .init(port: 0)) { [weak self] request, responder in
             guard let self else { return responder.respond(.error(503, code: "gone", message: "gone")) }
@@ -54,31 +56,31 @@ final class FakeAppStoreServer: @unchecked Sendable {
         }
     }
 
-    var baseURL: URL { URL(string: "http://127.0.0.1:\(server?.port ?? 0)") ?? URL(fileURLWithPath: "/") }
+    public var baseURL: URL { URL(string: "http://127.0.0.1:\(server?.port ?? 0)") ?? URL(fileURLWithPath: "/") }
 
     /// Stops the server (releasing any stalled answer first).
-    func shutdown() {
+    public func shutdown() {
         release()
         server?.shutdown(grace: 2)
         server = nil
     }
 
     /// Adds notifications Apple "attempted to send", each at its `signedDate`.
-    func add(notification jws: String, signedDate: Int64) { lock.withLock { notifications.append((signedDate, jws)) } }
+    public func add(notification jws: String, signedDate: Int64) { lock.withLock { notifications.append((signedDate, jws)) } }
 
     /// Sets the transaction history of `transactionId` (signed transactions, oldest first).
-    func setHistory(_ transactionId: String, _ signed: [String]) { lock.withLock { histories[transactionId] = signed } }
+    public func setHistory(_ transactionId: String, _ signed: [String]) { lock.withLock { histories[transactionId] = signed } }
 
     /// Answers request number `number` (1 for the first this server receives) with `fault`.
-    func fault(request number: Int, _ fault: Fault) { lock.withLock { faults[number] = fault } }
+    public func fault(request number: Int, _ fault: Fault) { lock.withLock { faults[number] = fault } }
 
     /// Drops every scripted fault not yet reached.
-    func clearFaults() { lock.withLock { faults = [:] } }
+    public func clearFaults() { lock.withLock { faults = [:] } }
 
     /// Lets stalled answers go.
-    func release() { for _ in 0..<8 { stallGate.signal() } }
+    public func release() { for _ in 0..<8 { stallGate.signal() } }
 
-    var requests: [Logged] { lock.withLock { log } }
+    public var requests: [Logged] { lock.withLock { log } }
 
     // MARK: Handling
 
