@@ -69,6 +69,7 @@ public struct SubmitProtocol: Sendable {
     public struct Answer: Sendable {
         public let decision: String
         public let code: String
+        public let message: String
         public let bytes: [UInt8]
         /// ``bytes`` as a string.
         public var line: String { String(decoding: bytes, as: UTF8.self) }
@@ -114,8 +115,31 @@ public struct SubmitProtocol: Sendable {
             if let id { response["id"] = id }
             return Answer(
                 decision: response["decision"]?.string ?? Outcome.invalid.rawValue, code: response["code"]?.string ?? "internal",
-                bytes: JSONWriter.render(.object(response)))
+                message: response["message"]?.string ?? "", bytes: JSONWriter.render(.object(response)))
         }
+    }
+
+    /// The field of a line that carries a JWS: `signedTransaction` (purchase, renewal, restore) or
+    /// `signedPayload` (notification).
+    public enum SignedField: String, Sendable, CaseIterable {
+        case signedTransaction, signedPayload
+    }
+
+    /// What `ledger submit` would answer about `jws` carried in `field` at `at`, short of deciding it:
+    /// nil when the line would go on to be decided, else its `invalid` answer. It runs ``prepare(_:caller:)``
+    /// on that very line, so `ledger inspect-jws` and `submit` cannot disagree: the same verification,
+    /// decoding and submission checks, the same code and message.
+    public func check(signed jws: String, in field: SignedField, at: Timestamp) -> Answer? {
+        var line: JSONMembers = ["at": .integer(at), field.rawValue: .string(jws)]
+        switch field {
+        case .signedTransaction:
+            line["type"] = "purchase"
+            line["account"] = "inspect-jws"
+        case .signedPayload:
+            line["type"] = "notification"
+        }
+        let prepared = prepare([JSONWriter.render(.object(line))])
+        return prepared.groups.isEmpty ? answers(to: prepared, decided: []).first : nil
     }
 
     /// The answer to a line that could not even be read (too long): `invalid`, nothing appended.

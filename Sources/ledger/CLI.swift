@@ -1,3 +1,4 @@
+import AppleSignedData
 import Foundation
 import LedgerStore
 import OwnershipLedger
@@ -102,6 +103,15 @@ struct Arguments {
             throw CLIError.usage("--original-transaction-id \(id) is not an Apple original transaction id (digits only)")
         }
         return id
+    }
+
+    /// The `--environment` option, when given; its name is compared byte for byte.
+    func environment() throws -> AppleEnvironment? {
+        guard let name = value("environment") else { return nil }
+        guard let environment = AppleEnvironment(exactly: name) else {
+            throw CLIError.usage("--environment \(name) is not Production, Sandbox, Xcode or LocalTesting")
+        }
+        return environment
     }
 
     func required(_ name: String) throws -> String {

@@ -62,13 +62,7 @@ struct BindingCommand: Subcommand {
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let id = try arguments.originalTransactionId() ?? ""
         let ledger = try openLedger(arguments)
-        var environment: AppleEnvironment?
-        if let name = arguments.value("environment") {
-            guard let parsed = AppleEnvironment(rawValue: name) else {
-                throw CLIError.usage("--environment \(name) is not Production, Sandbox, Xcode or LocalTesting")
-            }
-            environment = parsed
-        }
+        let environment = try arguments.environment()
         let view = try ledger.binding(originalTransactionId: id, environment: environment, at: try arguments.time("at"))
         var object = render(view)
         object["originalTransactionId"] = .string(id)
@@ -100,18 +94,23 @@ struct AccountCommand: Subcommand {
 
 struct InspectJWSCommand: Subcommand {
     static let name = "inspect-jws"
-    static let abstract = "Verify an Apple JWS with this ledger's trust settings and print its payload."
+    static let abstract = "Check an Apple JWS exactly as `submit` would, and print its payload."
     static let usage = """
-        Usage: ledger inspect-jws FILE|- [--at TIME] [--store DIR]
+        Usage: ledger inspect-jws FILE|- [--as transaction|notification] [--at TIME] [--store DIR]
 
-        Verifies the compact JWS in FILE (or stdin with -) like `submit` would: format, ES256, x5c chain to the
-        configured root at the payload's signedDate, Apple OIDs, signature, then bundle id, environment and app
-        Apple id. Prints {"valid": true, "kind", "payload", ...}, or {"valid": false, "code", "message"} (with the
-        payload when only the identity checks fail). Exit 1 when rejected. --at is the time used only when the
-        payload has no signedDate (default now).
+        Checks the compact JWS in FILE (or stdin with -) by the code `ledger submit` runs on a line carrying
+        it as signedTransaction (--as transaction) or signedPayload (--as notification; the default when the
+        payload has a notificationType): format, ES256, x5c chain to the configured root at the payload's
+        signedDate, Apple OIDs, signature, bundle id, environment and app Apple id, every nested JWS of a
+        notification, the payload's fields and types, and the checks on the submission (an auto-renewable
+        subscription, ownership type, dates, identifiers). Prints {"valid": true, "checkedAs", "kind",
+        "payload", "header", "leafSubject", "chainValidatedAt", "signatureVerified"}, or {"valid": false,
+        "checkedAs", "code", "message"} with the very code and message `submit` gives. Exit 1 when refused.
+        --at is the time of the attempt, as `at` in a submit line (default now): the chain is checked at the
+        payload's signedDate, and at --at only when the payload has none.
         """
     static let positionals = 1...1
-    static let options: Set<String> = ["at"]
+    static let options: Set<String> = ["at", "as"]
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         guard arguments.positionals.count == 1 else { throw CLIError.usage("give exactly one FILE, or - for stdin") }
@@ -125,28 +124,34 @@ struct InspectJWSCommand: Subcommand {
         let jws = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         let ledger = try openLedger(arguments)
         let now = try arguments.time("at") ?? LedgerTime.now()
-        switch ledger.verifier.inspect(jws, now: now) {
-        case .success(let inspected):
-            var object: JSONObject = ["kind": inspected.kind.rawValue, "signatureVerified": inspected.signatureVerified]
-            object["payload"] = JSONValue.object(inspected.payload)
-            object["header"] = JSONValue.object(inspected.header)
-            if let validatedAt = inspected.validatedAt { object["chainValidatedAt"] = LedgerTime.format(validatedAt * 1000) }
-            if let subject = inspected.leafSubject { object["leafSubject"] = subject }
-            // The identity checks `submit` applies too: bundle, environment, app Apple id.
-            if case .failure(let error) = ledger.verifier.verify(jws, as: inspected.kind, now: now) {
-                object["valid"] = false
-                object["code"] = error.code.rawValue
-                object["message"] = "the signature and chain verify, but this ledger refuses it: \(error.message)"
-                console.out(JSONLine.render(object))
-                return .verificationFailed
-            }
-            object["valid"] = true
-            console.out(JSONLine.render(object))
-            return .success
-        case .failure(let error):
-            console.out(JSONLine.render(["valid": false, "code": error.code.rawValue, "message": error.message]))
+        // Steps 1–5 only, to show what was checked; the verdict is `submit`'s own.
+        let inspected = try? ledger.verifier.inspect(jws, now: now).get()
+        let field: SubmitProtocol.SignedField
+        switch arguments.value("as") {
+        case nil: field = inspected?.kind == .notification ? .signedPayload : .signedTransaction
+        case "transaction": field = .signedTransaction
+        case "notification": field = .signedPayload
+        case let other?: throw CLIError.usage("--as \(other) is not transaction or notification")
+        }
+        var object: JSONMembers = ["checkedAs": .string(field.rawValue)]
+        if let refusal = SubmitProtocol(ledger: ledger, trustDecoded: false).check(signed: jws, in: field, at: now) {
+            object["valid"] = false
+            object["code"] = .string(refusal.code)
+            object["message"] = .string(refusal.message)
+            console.out(JSONWriter.string(.object(object)))
             return .verificationFailed
         }
+        object["valid"] = true
+        if let inspected {
+            object["kind"] = .string(inspected.kind.rawValue)
+            object["signatureVerified"] = .bool(inspected.signatureVerified)
+            object["payload"] = .object(inspected.payload)
+            object["header"] = .object(inspected.header)
+            if let validatedAt = inspected.validatedAt { object["chainValidatedAt"] = .string(LedgerTime.format(validatedAt * 1000)) }
+            if let subject = inspected.leafSubject { object["leafSubject"] = .string(subject) }
+        }
+        console.out(JSONWriter.string(.object(object)))
+        return .success
     }
 }
 

@@ -5,15 +5,6 @@ import LedgerCrypto
 import LedgerStore
 import OwnershipLedger
 
-/// The `--environment` option, when given.
-func environmentOption(_ arguments: Arguments) throws -> AppleEnvironment? {
-    guard let name = arguments.value("environment") else { return nil }
-    guard let environment = AppleEnvironment(rawValue: name) else {
-        throw CLIError.usage("--environment \(name) is not Production, Sandbox, Xcode or LocalTesting")
-    }
-    return environment
-}
-
 /// Writes `data` to `path`, or fails with a usage error naming it.
 func writeFile(_ data: Data, to path: String) throws {
     do {
@@ -117,7 +108,7 @@ struct ReplayCommand: Subcommand {
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let ledger = try openLedger(arguments)
         let steps = try ledger.replayLineage(
-            originalTransactionId: try arguments.originalTransactionId() ?? "", environment: try environmentOption(arguments),
+            originalTransactionId: try arguments.originalTransactionId() ?? "", environment: try arguments.environment(),
             until: try limit(arguments))
         if steps.isEmpty {
             console.err(
@@ -151,7 +142,7 @@ struct ExplainCommand: Subcommand {
         let ledger = try openLedger(arguments)
         let uid = try arguments.required("uid")
         let id = try arguments.originalTransactionId() ?? ""
-        let environment = try environmentOption(arguments)
+        let environment = try arguments.environment()
         let at = try arguments.time("at") ?? LedgerTime.now()
         let explanation = try ledger.explain(uid: uid, originalTransactionId: id, environment: environment, at: at)
         let binding: String
@@ -261,13 +252,13 @@ struct DisputeCommand: Subcommand {
         let ledger = try openLedger(arguments)
         let out = try arguments.required("out")
         let id = try arguments.originalTransactionId() ?? ""
-        guard !(try ledger.lineageRecords(originalTransactionId: id, environment: try environmentOption(arguments)).records.isEmpty) else {
+        guard !(try ledger.lineageRecords(originalTransactionId: id, environment: try arguments.environment()).records.isEmpty) else {
             throw CLIError.usage("the ledger has no record of original transaction \(id) in this environment (check --environment)")
         }
         let data: Data
         do {
             data = try ledger.exportDispute(
-                originalTransactionId: id, environment: try environmentOption(arguments), requestingUID: arguments.value("uid"),
+                originalTransactionId: id, environment: try arguments.environment(), requestingUID: arguments.value("uid"),
                 withholdPrivate: arguments.flags.contains("withhold-private"))
         } catch let failure as DisputeBundle.Failure {
             throw CLIError.usage(failure.message)

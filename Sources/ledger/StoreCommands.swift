@@ -27,10 +27,7 @@ struct InitCommand: Subcommand {
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let bundleId = try arguments.required("bundle-id")
-        let environmentName = try arguments.required("environment")
-        guard let environment = AppleEnvironment(rawValue: environmentName) else {
-            throw CLIError.usage("--environment \(environmentName) is not Production, Sandbox, Xcode or LocalTesting")
-        }
+        guard let environment = try arguments.environment() else { throw CLIError.usage("--environment is required") }
         var appAppleId: Int64?
         if let text = arguments.value("app-apple-id") {
             guard let id = Int64(text) else { throw CLIError.usage("--app-apple-id \(text) is not a number") }

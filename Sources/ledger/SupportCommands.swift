@@ -107,7 +107,7 @@ struct SupportCommand: Subcommand {
             let input = TransferRequestInput(
                 caseId: try arguments.required("case"), reason: try arguments.required("reason"),
                 originalTransactionId: try arguments.originalTransactionId() ?? "",
-                environment: try environment(arguments), targetUID: try arguments.required("target-account"),
+                environment: try arguments.environment(), targetUID: try arguments.required("target-account"),
                 targetAuthentication: try arguments.required("target-auth"), ownershipEvidence: try arguments.required("evidence"))
             let staff = try arguments.required("operator")
             let key = try KeyFiles.privateKey(arguments.required("key"), option: "key")
@@ -166,14 +166,6 @@ struct SupportCommand: Subcommand {
         return roles
     }
 
-    static func environment(_ arguments: Arguments) throws -> AppleEnvironment? {
-        guard let name = arguments.value("environment") else { return nil }
-        guard let environment = AppleEnvironment(rawValue: name) else {
-            throw CLIError.usage("--environment \(name) is not Production, Sandbox, Xcode or LocalTesting")
-        }
-        return environment
-    }
-
     /// Prints the outcome as one JSON line; exit 0 when accepted, 1 when refused.
     static func report(_ outcome: SupportOutcome, console: Console) -> ExitCode {
         console.out(JSONLine.render(SupportJSON.render(outcome)))
@@ -201,7 +193,7 @@ struct AuditCommand: Subcommand {
         let ledger = try openLedger(arguments)
         let records = try ledger.audit(
             caseId: arguments.value("case"), originalTransactionId: try arguments.originalTransactionId(required: false),
-            environment: try SupportCommand.environment(arguments))
+            environment: try arguments.environment())
         var allValid = true
         for record in records {
             if record.signature == "invalid" { allValid = false }

@@ -196,7 +196,7 @@ extension SignedSubmissionTests {
         #expect(inspect.status == 1)
         #expect(inspect.json["valid"] as? Bool == false)
         #expect(inspect.json["code"] as? String == "invalid-app-identifier")
-        #expect(inspect.json["signatureVerified"] as? Bool == true)
+        #expect(inspect.json["checkedAs"] as? String == "signedTransaction")
     }
 
     @Test func aCritHeaderIsRefused() throws {
