@@ -311,3 +311,20 @@ import Testing
         }
     }
 }
+
+/// `ledger bench serve` keeps working: a tiny run of each route answers every request 200.
+@Suite struct ServeBenchmarkTests {
+    @Test(arguments: [["--route", "transactions", "--requests", "40"], ["--route", "submit", "--requests", "4", "--batch", "10"]])
+    func benchServeRunsEndToEnd(_ route: [String]) throws {
+        let directory = TemporaryDirectory("bench-serve")
+        defer { directory.remove() }
+        let result = try LedgerBinary.run(
+            ["bench", "serve", "--clients", "4", "--fixtures", ServedLedger.root.path, "--dir", directory.path("bench").path] + route)
+        #expect(result.status == 0, "\(result.stderr)")
+        let figures = result.json
+        #expect(figures["decisions"] as? Int == 40)
+        #expect(figures["statuses"] as? [String: Int] == ["200": Int(route[3]) ?? 0])
+        #expect(figures["serverExitStatus"] as? Int == 0)
+        #expect((figures["commits"] as? Int ?? 0) >= 1)
+    }
+}
