@@ -19,7 +19,8 @@ test: deps
 # The history benchmark (docs/benchmarks.md): LINES lines of the realistic workload
 # ../shared/tools/gen_history.py (generated once into .build/bench), decided into a fresh store.
 LINES ?= 100000
-GEN_HISTORY ?= ../shared/tools/gen_history.py
+# ../shared from the integration checkout, ../../shared from a worktree in /work/wt.
+GEN_HISTORY ?= $(firstword $(wildcard ../shared/tools/gen_history.py ../../shared/tools/gen_history.py) ../shared/tools/gen_history.py)
 bench: bench-history
 bench-history: build
 	mkdir -p .build/bench

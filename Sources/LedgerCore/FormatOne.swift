@@ -211,13 +211,26 @@ public enum FormatOne {
     /// after it through its decision; a transfer's apply (`entitlement-ended (transferred)` then
     /// `transfer-applied`); every other support step alone.
     public static func batches<S: Sequence>(_ records: S) -> [[Record]] where S.Element == Record {
+        var batcher = Batcher()
         var out: [[Record]] = []
-        var current: [Record] = []
-        func close() {
-            if !current.isEmpty { out.append(current) }
-            current = []
-        }
-        for record in records {
+        for record in records { out += batcher.add(record) }
+        if let last = batcher.finish() { out.append(last) }
+        return out
+    }
+
+    /// ``batches(_:)`` one record at a time, holding only the open batch.
+    public struct Batcher {
+        private var current: [Record] = []
+
+        public init() {}
+
+        /// Adds the next record; returns the batches it closes (at most two).
+        public mutating func add(_ record: Record) -> [[Record]] {
+            var closed: [[Record]] = []
+            func close() {
+                if !current.isEmpty { closed.append(current) }
+                current = []
+            }
             switch record.event {
             case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .staffEnrolled, .staffRemoved,
                 .transferRequested, .transferApproved, .transferRefused, .storeUpgraded:
@@ -241,8 +254,13 @@ public enum FormatOne {
                 .lineageTombstoned, .accountDeleted:
                 current.append(record)
             }
+            return closed
         }
-        close()
-        return out
+
+        /// The batch still open after the last record, if any.
+        public mutating func finish() -> [Record]? {
+            defer { current = [] }
+            return current.isEmpty ? nil : current
+        }
     }
 }

@@ -40,6 +40,10 @@ final class LMDBEnvironment: @unchecked Sendable {
         case open(required: String)
         /// As `.open`, with `MDB_RDONLY`: the data file is never written.
         case readOnly(required: String)
+        /// As `.readOnly`, and without LMDB's lock file (`MDB_NOLOCK`), so no file of the store is
+        /// written at all: only while holding `ledger.lock` exclusively (no other process has the store
+        /// open), as `ledger upgrade` does with the old store.
+        case snapshot(required: String)
     }
 
     let handle: OpaquePointer
@@ -78,14 +82,18 @@ final class LMDBEnvironment: @unchecked Sendable {
         try lmdb(mdb_env_set_maxdbs(env, MDB_dbi(specs.count + 2)), "mdb_env_set_maxdbs")
         try lmdb(mdb_env_set_mapsize(env, initialMapSize), "mdb_env_set_mapsize")
         var flags = UInt32(MDB_NOTLS)
-        if case .readOnly = mode { flags |= UInt32(MDB_RDONLY) }
+        switch mode {
+        case .readOnly: flags |= UInt32(MDB_RDONLY)
+        case .snapshot: flags |= UInt32(MDB_RDONLY | MDB_NOLOCK)
+        case .create, .open: break
+        }
         try lmdb(mdb_env_open(env, path, flags, 0o600), "mdb_env_open(\(path))")
         var dead: Int32 = 0
         try lmdb(mdb_reader_check(env, &dead), "mdb_reader_check")
         switch mode {
         case .create:
             try write { txn in try openDatabases(specs, in: txn, create: true, required: nil) }
-        case .open(let required), .readOnly(let required):
+        case .open(let required), .readOnly(let required), .snapshot(let required):
             try openDatabasesForReading(specs, required: required)
         }
     }

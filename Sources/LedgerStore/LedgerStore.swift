@@ -22,11 +22,12 @@ public final class LedgerStore: @unchecked Sendable {
     let lock: StoreLock
 
     /// Key material for ``create(at:configuration:keyFiles:)``: the contents of
-    /// `ledger.key` and `ledger-signing.key` to keep (an upgrade keeps the old store's keys).
+    /// `ledger.key` and `ledger-signing.key` to keep (an upgrade keeps the old store's keys); without
+    /// a signing key a new one is made.
     public struct KeyFiles: Sendable {
         public var ledgerKey: Data
-        public var signingKey: Data
-        public init(ledgerKey: Data, signingKey: Data) {
+        public var signingKey: Data?
+        public init(ledgerKey: Data, signingKey: Data?) {
             self.ledgerKey = ledgerKey
             self.signingKey = signingKey
         }
@@ -56,9 +57,13 @@ public final class LedgerStore: @unchecked Sendable {
         let signingKey: Ed25519PrivateKey
         if let keyFiles {
             try writeNew(keyFiles.ledgerKey, to: partialKeyFile)
-            try writeNew(keyFiles.signingKey, to: partialSigningKeyFile)
             keys = try LedgerKeys.load(from: partialKeyFile)
-            signingKey = try SigningKey.load(from: partialSigningKeyFile)
+            if let signing = keyFiles.signingKey {
+                try writeNew(signing, to: partialSigningKeyFile)
+                signingKey = try SigningKey.load(from: partialSigningKeyFile)
+            } else {
+                signingKey = try SigningKey.create(at: partialSigningKeyFile)
+            }
         } else {
             keys = try LedgerKeys.create(at: partialKeyFile)
             signingKey = try SigningKey.create(at: partialSigningKeyFile)

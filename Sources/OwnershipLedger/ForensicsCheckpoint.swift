@@ -203,16 +203,21 @@ extension Ledger {
         var recomputed: [UInt8]?
         var firstBad: UInt64?
         var formatOneOrigin = false
-        if parsed.size > logSize {
+        if let upgraded = scan.upgraded, upgraded.records == parsed.size, upgraded.merkleRoot.bytes == parsed.rootHash {
+            // A checkpoint of the format-1 log this store was upgraded from: record 1 carries its size and root.
+            formatOneOrigin = true
+        } else if let upgraded = scan.upgraded, parsed.size < upgraded.records {
+            // Most likely an earlier checkpoint of the format-1 log: its leaves are not in this log.
+            problems.append(
+                "this store was upgraded from a format-1 log of \(upgraded.records) records (record 1); a checkpoint of that log at "
+                    + "another size is checked against the format-1 store, which the upgrade left unchanged (record 1 carries its final root)")
+        } else if parsed.size > logSize {
             problems.append("the log has \(logSize) records, fewer than the checkpoint's \(parsed.size): records were removed")
             firstBad = logSize + 1
         } else if let root = scan.rootAtSize?.bytes {
             recomputed = root
             if root != parsed.rootHash {
-                if let upgraded = scan.upgraded, upgraded.records == parsed.size, upgraded.merkleRoot.bytes == parsed.rootHash {
-                    // A checkpoint of the format-1 log this store was upgraded from: record 1 carries its root.
-                    formatOneOrigin = true
-                } else if let fault = scan.fault, fault.sequence <= parsed.size {
+                if let fault = scan.fault, fault.sequence <= parsed.size {
                     firstBad = fault.sequence
                     problems.append(
                         "the root of the first \(parsed.size) records differs from the checkpoint: history was rewritten; "
@@ -264,7 +269,7 @@ extension Ledger {
         }
         return CheckpointReport(
             origin: parsed.origin, size: parsed.size, rootHash: parsed.rootHash, signatureVerified: signatureVerified, logSize: logSize,
-            recomputedRoot: recomputed, currentRoot: currentRoot, consistencyProof: proof, consistent: consistent,
+            recomputedRoot: recomputed, currentRoot: currentRoot, consistencyProof: formatOneOrigin ? [] : proof, consistent: consistent,
             projections: projections, chainFault: scan.fault, firstBadSeq: firstBad, formatOneOrigin: formatOneOrigin, problems: problems)
     }
 }

@@ -310,7 +310,8 @@ enum CheckpointVerification {
         var object: JSONObject = [
             "verified": report.verified, "origin": report.origin, "size": report.size, "logSize": report.logSize,
             "signatureVerified": report.signatureVerified, "root": Data(report.rootHash).base64EncodedString(),
-            "rootMatches": report.recomputedRoot == report.rootHash, "currentRoot": Data(report.currentRoot).base64EncodedString(),
+            "rootMatches": report.recomputedRoot == report.rootHash, "formatOneOrigin": report.formatOneOrigin,
+            "currentRoot": Data(report.currentRoot).base64EncodedString(),
             "consistent": report.consistent, "consistencyProof": report.consistencyProof.map { Data($0).base64EncodedString() },
             "projections": report.projections.map { check -> JSONObject in
                 [

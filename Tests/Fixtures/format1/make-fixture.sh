@@ -84,4 +84,15 @@ mkdir -m 700 "$HERE/store"
 cp -p "$S/data.mdb" "$S/ledger.key" "$S/ledger-signing.key" "$HERE/store/"
 chmod 600 "$HERE/store/"*
 cp "$WORK/dispute-C.json" "$WORK/checkpoint.txt" "$WORK/signing.pub" "$HERE/"
+# What format 1 answers after every record (the upgrade test expects the same from format 2).
+AT=2027-01-05T00:00:00.000Z
+: > "$HERE/answers.jsonl"
+answer() {
+    python3 -c 'import json, sys; print(json.dumps({"arguments": sys.argv[2:], "answer": json.loads(sys.argv[1])}, sort_keys=True))' \
+        "$("$LEDGER" "$@" --store "$S")" "$@" >> "$HERE/answers.jsonl"
+}
+for id in 2000000000000001 2000000000000002 2000000000000003 2000000000000004; do
+    answer binding --original-transaction-id "$id" --at "$AT"
+done
+for uid in alice bob carol carol2 dave erin; do answer account --uid "$uid" --at "$AT"; done
 echo "fixture written to $HERE"

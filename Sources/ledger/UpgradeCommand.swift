@@ -1,0 +1,47 @@
+import Foundation
+import LedgerStore
+import OwnershipLedger
+
+struct UpgradeCommand: Subcommand {
+    static let name = "upgrade"
+    static let abstract = "Copy a storage-format-1 store into a new format-2 store (the old one is left unchanged)."
+    static let usage = """
+        Usage: ledger upgrade --from OLD_DIR --to NEW_DIR
+
+        Opens the format-1 store in OLD_DIR read-only (nothing in it is written; it is refused while
+        another process has it open), verifies its hash chain, and creates a format-2 store in NEW_DIR
+        with the same ledger.key and ledger-signing.key. Record 1 of the new log records the upgrade:
+        the old format, record count, head hash and Merkle root, so format-1 checkpoints and the old
+        store can be tied to the new log. Then every format-1 command (a fact with its effects and
+        decision, or a support step) becomes one format-2 record, the identity vault is copied, the read
+        models and indexes are rebuilt, and the new store is verified. Dispute bundles handed out over
+        format-1 records keep verifying with `ledger dispute verify`. Shows progress on a terminal.
+        Prints {"from", "to", "formatOneRecords", "records", "events", "identities", "supersededAttempts",
+        "headHash", "merkleRoot", "verified"}. Exit 3 when the old chain does not verify (nothing is
+        created) or NEW_DIR already holds a store.
+        """
+    static let options: Set<String> = ["from", "to"]
+
+    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        if arguments.value("store") != nil { throw CLIError.usage("upgrade takes --from and --to, not --store") }
+        let (from, to) = (URL(fileURLWithPath: try arguments.required("from")), URL(fileURLWithPath: try arguments.required("to")))
+        var lastPhase: FormatOneUpgrade.Phase?
+        let progress: ((FormatOneUpgrade.Phase, UInt64, UInt64) -> Void)? =
+            isatty(STDERR_FILENO) == 1
+            ? { phase, done, total in
+                if let lastPhase, lastPhase != phase { FileHandle.standardError.write(Data("\n".utf8)) }
+                lastPhase = phase
+                let percent = total == 0 ? 100 : Int(done * 100 / total)
+                FileHandle.standardError.write(Data("\rupgrade: \(phase.rawValue): \(done)/\(total) records (\(percent)%)".utf8))
+            } : nil
+        let report = try FormatOneUpgrade.upgrade(from: from, to: to, clock: { LedgerTime.now() }, progress: progress)
+        if lastPhase != nil { FileHandle.standardError.write(Data("\n".utf8)) }
+        console.out(
+            JSONLine.render([
+                "from": from.path, "to": to.path, "formatOneRecords": report.formatOneRecords, "records": report.records,
+                "events": report.verification.events, "identities": report.identities, "supersededAttempts": report.supersededAttempts,
+                "headHash": report.headHash.hex, "merkleRoot": report.merkleRoot.hex, "verified": report.verification.isIntact,
+            ]))
+        return .success
+    }
+}
