@@ -47,6 +47,13 @@ struct JSONFields {
         return string
     }
 
+    /// A string that follows `kind`'s rule (``AppleIdentifier``).
+    func identifier(_ key: String, _ kind: AppleIdentifier) throws(VerificationError) -> String {
+        let value = try string(key)
+        if let problem = kind.problem(value, field: "\(context).\(key)") { throw VerificationError(.invalidPayload, problem) }
+        return value
+    }
+
     /// Milliseconds since the epoch: only a plain integer is accepted (no fraction, no exponent).
     func optionalMillis(_ key: String) throws(VerificationError) -> Int64? {
         guard let raw = value(key) else { return nil }

@@ -63,9 +63,9 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
             }
             entries.append(
                 Entry(
-                    originalTransactionId: try e.string("original_transaction_id"),
-                    transactionId: try e.string("transaction_id"),
-                    productId: try e.string("product_id"),
+                    originalTransactionId: try e.identifier("original_transaction_id", .originalTransactionId),
+                    transactionId: try e.identifier("transaction_id", .transactionId),
+                    productId: try e.identifier("product_id", .productId),
                     purchaseDateMs: purchase,
                     originalPurchaseDateMs: try Self.optionalMs(e, "original_purchase_date_ms"),
                     expiresDateMs: try Self.optionalMs(e, "expires_date_ms"),

@@ -81,9 +81,9 @@ public struct TransactionPayload: Sendable, Equatable {
 
     init(_ f: JSONFields) throws(VerificationError) {
         self.init(
-            originalTransactionId: try f.string("originalTransactionId"),
-            transactionId: try f.string("transactionId"),
-            productId: try f.string("productId"),
+            originalTransactionId: try f.identifier("originalTransactionId", .originalTransactionId),
+            transactionId: try f.identifier("transactionId", .transactionId),
+            productId: try f.identifier("productId", .productId),
             bundleId: try f.string("bundleId"),
             purchaseDate: try f.millis("purchaseDate"),
             originalPurchaseDate: try f.optionalMillis("originalPurchaseDate"),
@@ -161,7 +161,7 @@ public struct RenewalInfoPayload: Sendable, Equatable {
 
     init(_ f: JSONFields) throws(VerificationError) {
         self.init(
-            originalTransactionId: try f.string("originalTransactionId"),
+            originalTransactionId: try f.identifier("originalTransactionId", .originalTransactionId),
             autoRenewProductId: try f.optionalString("autoRenewProductId"),
             productId: try f.optionalString("productId"),
             autoRenewStatus: try f.optionalInt("autoRenewStatus"),

@@ -215,7 +215,7 @@ public final class Ledger: @unchecked Sendable {
     }
 
     private func lineage(of payload: TransactionPayload) throws -> LineageKey {
-        try store.keys.lineage(environment: payload.environment.rawValue, originalTransactionId: payload.originalTransactionId)
+        try lineage(originalTransactionId: payload.originalTransactionId, environment: payload.environment)
     }
 
     private func notificationFact(_ payload: NotificationPayload, provenance: Provenance) throws -> NotificationReceived {
@@ -233,6 +233,12 @@ public final class Ledger: @unchecked Sendable {
             throw SubmissionError("\(field) \(time) is outside the supported range (1970 through 9999, in milliseconds)")
         }
         func check(_ transaction: TransactionPayload, _ context: String) throws {
+            for (kind, value) in [
+                (AppleIdentifier.originalTransactionId, transaction.originalTransactionId), (.transactionId, transaction.transactionId),
+                (.productId, transaction.productId),
+            ] {
+                if let problem = kind.problem(value, field: "\(context).\(kind.rawValue)") { throw SubmissionError(problem) }
+            }
             if let type = transaction.type, type != "Auto-Renewable Subscription" {
                 throw SubmissionError("\(context).type \"\(type)\" is not an auto-renewable subscription; the ledger binds only subscriptions")
             }
@@ -270,8 +276,13 @@ public final class Ledger: @unchecked Sendable {
     // MARK: Queries
 
     /// The lineage key of an original transaction id in `environment` (the ledger's by default).
+    /// - Throws: ``SubmissionError`` when `originalTransactionId` is not an App Store transaction id
+    ///   (``AppleIdentifier``): no lineage can have it.
     public func lineage(originalTransactionId: String, environment: AppleEnvironment? = nil) throws -> LineageKey {
-        try store.keys.lineage(
+        if let problem = AppleIdentifier.originalTransactionId.problem(originalTransactionId, field: "originalTransactionId") {
+            throw SubmissionError(problem)
+        }
+        return try store.keys.lineage(
             environment: (environment ?? configuration.environment).rawValue, originalTransactionId: originalTransactionId)
     }
 

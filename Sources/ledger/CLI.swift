@@ -92,15 +92,15 @@ struct Arguments {
     func value(_ name: String) -> String? { options[name]?.last }
     func values(_ name: String) -> [String] { options[name] ?? [] }
 
-    /// An Apple original transaction id: 1 to 32 ASCII digits (checked, so a typo cannot silently
-    /// look up a lineage nobody has).
+    /// An App Store original transaction id (``AppleIdentifier``: checked before the store is
+    /// opened, so a typo cannot silently look up a lineage nobody can have).
     func originalTransactionId(required: Bool = true) throws -> String? {
         guard let id = value("original-transaction-id") else {
             if required { throw CLIError.usage("--original-transaction-id is required") }
             return nil
         }
-        guard (1...32).contains(id.utf8.count), id.utf8.allSatisfy({ (48...57).contains($0) }) else {
-            throw CLIError.usage("--original-transaction-id \(id) is not an Apple original transaction id (digits only)")
+        if let problem = AppleIdentifier.originalTransactionId.problem(id, field: "--original-transaction-id") {
+            throw CLIError.usage(problem)
         }
         return id
     }

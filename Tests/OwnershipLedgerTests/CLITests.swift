@@ -223,7 +223,7 @@ extension CLITests {
         (["init", "mystore", "--bundle-id", "a", "--environment", "Sandbox"], "unexpected argument 'mystore'"),
         (["binding", "--original-transaction-id", "1", "--original-transaction-id", "2"], "more than once"),
         (["inspect-jws"], "expected 1 argument"),
-        (["binding", "--original-transaction-id", "abc"], "digits only"),
+        (["binding", "--original-transaction-id", "abc"], "1 to 20 decimal digits"),
     ])
     func ambiguousCommandLinesAreUsageErrors(arguments: [String], mentions: String) throws {
         defer { directory.remove() }

@@ -112,7 +112,7 @@ import Testing
         #expect((restore["message"] as? String)?.contains("refunded or revoked") == true)
         #expect(restore["entitlement"] == nil)
         // A transaction purchased exactly at the revocation is no newer.
-        let atRevocation = transaction("renewal", "alice", tid: "1001-1", purchased: t + day, at: t + 2 * day)
+        let atRevocation = transaction("renewal", "alice", tid: "10010001", purchased: t + day, at: t + 2 * day)
         #expect(atRevocation["code"] as? String == "revoked")
         // A notification and a reconciliation about the refunded transaction.
         let renewal = notify("DID_RENEW", uuid: "renew-1", purchased: t, at: t + 2 * day)
@@ -130,13 +130,13 @@ import Testing
         defer { directory.remove() }
         refunded()
         // A genuine renewal purchased after the revocation.
-        let renewal = transaction("renewal", "alice", tid: "1001-2", purchased: t + 2 * day, at: t + 2 * day)
+        let renewal = transaction("renewal", "alice", tid: "10010002", purchased: t + 2 * day, at: t + 2 * day)
         #expect(renewal["decision"] as? String == "granted")
         #expect(try activeProducts("alice", at: t + 3 * day) == ["com.myrecipes.premium.monthly"])
         // Refunded again, then Apple reverses the refund: the reversal reinstates it.
-        notify("REFUND", uuid: "refund-2", tid: "1001-2", purchased: t + 2 * day, revokedAt: t + 3 * day, at: t + 3 * day)
+        notify("REFUND", uuid: "refund-2", tid: "10010002", purchased: t + 2 * day, revokedAt: t + 3 * day, at: t + 3 * day)
         #expect(try activeProducts("alice", at: t + 3 * day + 1) == [])
-        let reversed = notify("REFUND_REVERSED", uuid: "reversed-1", tid: "1001-2", purchased: t + 2 * day, at: t + 4 * day)
+        let reversed = notify("REFUND_REVERSED", uuid: "reversed-1", tid: "10010002", purchased: t + 2 * day, at: t + 4 * day)
         #expect(reversed["decision"] as? String == "granted")
         #expect(try activeProducts("alice", at: t + 4 * day) == ["com.myrecipes.premium.monthly"])
         try expectIntact()
@@ -176,24 +176,24 @@ import Testing
         let before = try head()
         let renewal = t + 4 * day
         for type in ["DID_RENEW", "SUBSCRIBED", "OFFER_REDEEMED", "RENEWAL_EXTENDED", "REFUND_REVERSED"] {
-            let response = notify(type, uuid: "after-transfer-\(type)", tid: "1001-4", purchased: renewal, at: renewal)
+            let response = notify(type, uuid: "after-transfer-\(type)", tid: "10010004", purchased: renewal, at: renewal)
             #expect(response["decision"] as? String == "ignored", "\(type): \(response)")
             #expect(response["code"] as? String == "awaiting-restore", "\(type)")
             #expect((response["message"] as? String)?.contains("Restore Purchases") == true, "\(type)")
         }
-        let reconciled = try reconcile(tid: "1001-4", purchased: renewal, at: renewal)
+        let reconciled = try reconcile(tid: "10010004", purchased: renewal, at: renewal)
         #expect(reconciled.reason == .awaitingRestore)
         #expect(reconciled.code == "awaiting-restore")
         #expect(try grantsOrReinstatements(after: before) == [])
         #expect(try activeProducts("bob", at: renewal + 1) == [])
         #expect(try ledger.binding(originalTransactionId: "1001").entitlement == nil)
         // The previous account's restore is still denied; the target's own restore grants.
-        #expect(transaction("restore", "alice", tid: "1001-4", purchased: renewal, at: renewal)["code"] as? String == "permission-denied")
-        let restore = transaction("restore", "bob", tid: "1001-4", purchased: renewal, at: renewal + 1)
+        #expect(transaction("restore", "alice", tid: "10010004", purchased: renewal, at: renewal)["code"] as? String == "permission-denied")
+        let restore = transaction("restore", "bob", tid: "10010004", purchased: renewal, at: renewal + 1)
         #expect(restore["decision"] as? String == "granted")
         #expect(try activeProducts("bob", at: renewal + 2) == ["com.myrecipes.premium.monthly"])
         // From then on notifications refresh the target as for any bound account.
-        let next = notify("DID_RENEW", uuid: "after-restore", tid: "1001-5", purchased: t + 34 * day, at: t + 34 * day)
+        let next = notify("DID_RENEW", uuid: "after-restore", tid: "10010005", purchased: t + 34 * day, at: t + 34 * day)
         #expect(next["decision"] as? String == "granted")
         #expect(try activeProducts("bob", at: t + 40 * day) == ["com.myrecipes.premium.monthly"])
         try expectIntact()

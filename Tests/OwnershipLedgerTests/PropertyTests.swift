@@ -28,7 +28,7 @@ import Testing
             let otid = lineages.randomElement(using: &random) ?? "0"
             let uid = accounts.randomElement(using: &random) ?? "x"
             let ownership = Int.random(in: 0..<15, using: &random) == 0 ? "FAMILY_SHARED" : "PURCHASED"
-            let tid = "\(otid)-\(step)"
+            let tid = "\(otid)\(10_000 + step)"
             let transaction = Fixtures.transaction(otid, transactionId: tid, at: time, ownership: ownership)
             let line: [String: Any]
             switch Int.random(in: 0..<10, using: &random) {

@@ -236,7 +236,7 @@ import Testing
         try requested()
         #expect(try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
         // alice renews after the plan was signed: the lineage changed.
-        purchase("alice", "1001", at: t + 2 * day, type: "renewal", tid: "1001-2")
+        purchase("alice", "1001", at: t + 2 * day, type: "renewal", tid: "10010002")
         let review = try ledger.reviewTransfer(caseId: "C-1")
         #expect(review.checks.first { $0.name == "plan-not-stale" }?.passed == false)
         try expectApplyRefused("C-1", check: "plan-not-stale")
@@ -323,7 +323,7 @@ import Testing
         #expect(binding.entitlement == nil)
         #expect(try activeProducts("carol2", at: t + 3 * day) == [])
         // A server notification grants nothing; the verified restore on the target does.
-        let restore = purchase("carol2", "1001", at: t + 4 * day, type: "restore", tid: "1001-4")
+        let restore = purchase("carol2", "1001", at: t + 4 * day, type: "restore", tid: "10010004")
         #expect(restore["decision"] as? String == "granted")
         #expect(try activeProducts("carol2", at: t + 5 * day) == ["com.myrecipes.premium.monthly"])
         #expect(purchase("someone-else", "1001", at: t + 5 * day, type: "restore")["code"] as? String == "permission-denied")
@@ -466,7 +466,7 @@ import Testing
         #expect(binding.json["account"] as? String == "carol2")
         #expect(binding.json["entitlement"] is NSNull)
         let restore: [String: Any] = [
-            "type": "restore", "account": "carol2", "transaction": Fixtures.transaction("5001", transactionId: "5001-2", at: t + 2 * day),
+            "type": "restore", "account": "carol2", "transaction": Fixtures.transaction("5001", transactionId: "50010002", at: t + 2 * day),
             "at": t + 2 * day,
         ]
         let restored = try ledger(["submit", "--trust-decoded"], stdin: Fixtures.line(restore) + "\n")

@@ -1,0 +1,51 @@
+/// The one rule for each App Store identifier the ledger keys on, applied wherever one enters:
+/// decoded and signed payloads, legacy receipts, submissions, queries and support commands.
+///
+/// - Transaction ids (`originalTransactionId`, `transactionId`) are the decimal form of an unsigned
+///   64-bit integer: StoreKit declares `Transaction.id` and `Transaction.originalID` as `UInt64`
+///   (developer.apple.com/documentation/storekit/transaction/id), and the App Store Server API and
+///   notifications carry the same number as a string. So: 1 to 20 ASCII digits, no sign, no leading
+///   zero (but `0`, which Xcode's StoreKit testing uses), at most 18446744073709551615.
+/// - Product ids are what App Store Connect accepts: "letters, numbers, hyphens, periods, and
+///   underscores, and can be as long as 100 characters" (App Store Connect Help, In-App Purchase
+///   information). So: 1 to 100 of `A-Z a-z 0-9 - . _`.
+public enum AppleIdentifier: String, Sendable, CaseIterable {
+    case originalTransactionId, transactionId, productId
+
+    /// The rule, in words.
+    public var rule: String {
+        switch self {
+        case .originalTransactionId, .transactionId:
+            "an App Store transaction id is 1 to 20 decimal digits without a leading zero (a 64-bit unsigned integer)"
+        case .productId:
+            "a product id is 1 to 100 characters: ASCII letters, digits, hyphens, periods and underscores"
+        }
+    }
+
+    /// True when `value` follows the rule.
+    public func accepts(_ value: String) -> Bool {
+        let bytes = value.utf8
+        switch self {
+        case .originalTransactionId, .transactionId:
+            guard (1...20).contains(bytes.count), bytes.allSatisfy({ (0x30...0x39).contains($0) }) else { return false }
+            guard bytes.count == 1 || bytes.first != 0x30 else { return false }
+            return UInt64(value) != nil
+        case .productId:
+            return (1...100).contains(bytes.count)
+                && bytes.allSatisfy { byte in
+                    switch byte {
+                    case 0x30...0x39, 0x41...0x5A, 0x61...0x7A, 0x2D, 0x2E, 0x5F: true
+                    default: false
+                    }
+                }
+        }
+    }
+
+    /// Why `value`, given as `field`, is refused: nil when it follows the rule. Long values are cut
+    /// in the message.
+    public func problem(_ value: String, field: String) -> String? {
+        guard !accepts(value) else { return nil }
+        let shown = value.count <= 40 ? value : value.prefix(40) + "… (\(value.utf8.count) bytes)"
+        return "\(field) \"\(shown)\" is refused: \(rule)"
+    }
+}
