@@ -38,14 +38,18 @@ final class ChainValidator: @unchecked Sendable {
         let verified = X509_verify_cert(context)
         let code = X509_STORE_CTX_get_error(context)
         let reason = X509_verify_cert_error_string(Int(code)).map { String(cString: $0) } ?? "error \(code)"
-        // 0: the chain does not validate (the context says why); negative: libcrypto could not do the work.
-        guard verified >= 0 else { throw .cryptoFailure("X509_verify_cert (\(reason))") }
+        // Out of memory is libcrypto's failure. Anything else is the chain's: 0 with a reason, or (OpenSSL 3.0)
+        // a negative "internal error" for input it cannot process, such as a leaf key that does not decode.
+        guard code != X509_V_ERR_OUT_OF_MEM else { throw .cryptoFailure("X509_verify_cert (\(reason))") }
+        let detail = verified < 0 ? CryptoError("X509_verify_cert").detail : ""
         ERR_clear_error()
         guard verified == 1 else {
             let depth = X509_STORE_CTX_get_error_depth(context)
             let names = ["leaf", "intermediate", "root"]
             let position = names.indices.contains(Int(depth)) ? names[Int(depth)] : "depth \(depth)"
-            throw VerificationError(.invalidChain, "certificate chain did not validate at \(time): \(reason) (at the \(position))")
+            throw VerificationError(
+                .invalidChain,
+                "certificate chain did not validate at \(time): \(reason) (at the \(position))\(detail.isEmpty ? "" : ": \(detail)")")
         }
         guard let chain = X509_STORE_CTX_get0_chain(context) else { throw .cryptoFailure("X509_STORE_CTX_get0_chain") }
         var path: [X509Certificate] = []

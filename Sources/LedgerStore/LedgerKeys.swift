@@ -61,10 +61,13 @@ public struct LedgerKeys: Sendable {
         return try LedgerKeys(secret: secret)
     }
 
-    static func load(from url: URL) throws -> LedgerKeys {
-        let text = String(decoding: try FileAccess.readKeyFile(url), as: UTF8.self)
+    static func load(from url: URL) throws -> LedgerKeys { try parse(FileAccess.readKeyFile(url), path: url.path) }
+
+    /// The keys of a key file's content: 64 hexadecimal digits, surrounding whitespace allowed.
+    static func parse(_ contents: [UInt8], path: String) throws -> LedgerKeys {
+        let text = String(decoding: contents, as: UTF8.self)
         guard let secret = [UInt8](hex: text.trimmingCharacters(in: .whitespacesAndNewlines)), secret.count == 32 else {
-            throw LedgerStoreError.malformedKey(path: url.path)
+            throw LedgerStoreError.malformedKey(path: path)
         }
         return try LedgerKeys(secret: secret)
     }

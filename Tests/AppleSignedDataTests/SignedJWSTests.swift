@@ -167,6 +167,21 @@ import Testing
         #expect(result.failure?.code == .invalidChain, "\(result)")
     }
 
+    /// Found by X509Fuzzer: a leaf whose public key does not decode makes OpenSSL 3.0's X509_verify_cert return -1
+    /// ("internal error"). That is an invalid chain, never a libcrypto failure.
+    @Test func leafWhosePublicKeyDoesNotDecodeIsAnInvalidChain() throws {
+        let base64 =
+            "MIIBnzCCAUWgAwIBAgIBCzAKBggqhkjOPQQDAzA2MQswCQYDVQQGEwJVUzETMBEGA1UECAwKQ2FsaWZvcm5pYTESMBAGA1UEBwwJ"
+            + "Q3VwZXJ0aW5vMB4XDTIzMDEwNTIxMzEwNVoXDTMzMDEwMTIxMzEwNVowRTELMAkGA1UEBhMCVVMxCzAJBgNVBAgMAkNBMRIwEAYD"
+            + "VQQHDAlDdXBlcnRpbm8xFTATBgNVBAoMDEludGVybWVkaWF0ZTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABBUN5V9rKjfRiMAI"
+            + "ojEA0Av5Mp0oF+O0cL4gzrTF178inUHugj7Et46NrkQ7hKgMVnjogq45Q1rMs+cMFVNILWqjNTAzMA8GA1UdEwQIMAYBAf8CAQAw"
+            + "DgYDVR0PAQH/BAQDAgEGMBAGCiqGSIb3Y2QGAgEEAgUAMAoGCCqGSM49BAMDA0gAMEUCIQCmsIKYs41ullssHX4rVveUT0Z7Is5/"
+            + "hLK1lFPTtun3hAIgc2+2RG5+gNcFVcs+XJeEl4GZ+ojl3ROOmll+ye7dynQ="
+        let leaf = try #require(Data(base64Encoded: base64))
+        let jws = try Vectors.sign(Vectors.transactionPayload(), chain: [[UInt8](leaf), Vectors.testIntermediate, Vectors.testCA])
+        expectFailure(jws, .invalidChain, containing: "unable to get certs public key")
+    }
+
     @Test func wrongBundleIdIsRejected() throws {
         let jws = try Vectors.sign(Vectors.transactionPayload(["bundleId": "com.other"]))
         expectFailure(jws, .invalidAppIdentifier, containing: "bundleId \"com.other\" does not match the configured \"com.example\"")

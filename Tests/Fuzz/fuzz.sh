@@ -92,7 +92,7 @@ while read -r name max_len; do
     if [[ $status -ne 0 ]]; then
         grep -E "ERROR|SUMMARY|Fatal error|Test unit written|^    #[0-9]+ 0x" "$log" | head -30
         artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
-        summary+=("$(printf '%-28s FAILED (exit %d): log %s; reproduce: %s %s' "$name" "$status" "$log" "$binary" "${artifact:-}")")
+        summary+=("$(printf '%-28s FAILED (exit %d): log %s; reproduce: SWIFT_BACKTRACE=enable=no %s %s' "$name" "$status" "$log" "$binary" "${artifact:-}")")
         failures=$((failures + 1))
     else
         summary+=("$(printf '%-28s ok: %12s runs  %6s edges  %6s corpus files' "$name" "${runs:-?}" "${edges:-?}" "$units")")
