@@ -57,8 +57,11 @@ for module in $modules; do
         exit 1
     }
 done
+# The objects of each module's current sources (a removed source leaves a stale object behind).
 objects=()
-for module in $modules; do objects+=("$root/pm/release/$module.build/"*.o); done
+for module in $modules; do
+    while read -r source; do objects+=("$root/pm/release/$module.build/$(basename "$source").o"); done <"$root/pm/release/$module.build/sources"
+done
 
 failures=0
 summary=()
