@@ -273,7 +273,7 @@ extension Ledger {
             let state = try loadCase(caseId, in: &group)
             var result = try describe(caseId, state: state, group: group, step: "dry-run")
             let version = try result.plan.map { try group.lineageVersion($0.lineage) } ?? 0
-            let decided = try TransferDecider.apply(
+            let decided = TransferDecider.apply(
                 caseId: caseId, appliedBy: nil, applierKeyMatches: false,
                 facts: try Self.signatureFacts(state.transfers[caseId], state: state), currentVersion: version, state: state)
             result.checks = decided.checks
@@ -294,7 +294,7 @@ extension Ledger {
             let state = try loadCase(caseId, in: &group)
             var result = try describe(caseId, state: state, group: group, step: "apply")
             let version = try result.plan.map { try group.lineageVersion($0.lineage) } ?? 0
-            let decided = try TransferDecider.apply(
+            let decided = TransferDecider.apply(
                 caseId: caseId, appliedBy: staff, applierKeyMatches: state.staff[staff]?.publicKey == key.publicKey.rawRepresentation,
                 facts: try Self.signatureFacts(state.transfers[caseId], state: state), currentVersion: version, state: state)
             result.checks = decided.checks
