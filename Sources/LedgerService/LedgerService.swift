@@ -3,6 +3,7 @@ import Foundation
 public import HTTPServer
 import LedgerCore
 public import OwnershipLedger
+import StrictJSON
 
 /// `ledger serve`: the ledger over HTTP(S) for the App Store, the app and server-side verifiers
 /// (`docs/service.md`). Every request that writes goes through one ``GroupCommitter`` and is
@@ -95,12 +96,13 @@ public final class LedgerService: Sendable {
                 observer: { completion in
                     let route = Routes.label(method: completion.method, path: completion.path)
                     metrics.request(route: route, status: completion.status ?? 0, seconds: completion.seconds)
-                    var line: JSONObject = [
-                        "at": LedgerTime.format(LedgerTime.now()), "route": route, "status": completion.status ?? NSNull(),
-                        "ms": (completion.seconds * 1e5).rounded() / 100,
+                    var line: JSONMembers = [
+                        "at": .string(LedgerTime.format(LedgerTime.now())), "route": .string(route),
+                        "status": completion.status.map { .integer(Int64($0)) } ?? .null,
+                        "ms": .number((completion.seconds * 1e5).rounded() / 100),
                     ]
-                    if let note = completion.note { line["code"] = note }
-                    log(JSONLine.render(line))
+                    if let note = completion.note { line["code"] = .string(note) }
+                    log(JSONWriter.string(.object(line)))
                 }, handler: routes.handle)
         } catch {
             committer.close()

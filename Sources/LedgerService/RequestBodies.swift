@@ -8,12 +8,22 @@ public enum RequestBodies {
     /// The most lines one `POST /v1/submit` may carry.
     public static let maximumBatchLines = 1_000
 
-    /// The token of an `Authorization: Bearer <token>` header; nil for any other form.
+    /// The token of an `Authorization: Bearer <token>` header (scheme in any case, spaces around
+    /// and between them); nil for any other form.
     public static func bearerToken(_ authorization: String?) -> String? {
-        guard let authorization else { return nil }
-        let parts = authorization.split(separator: " ", omittingEmptySubsequences: true)
-        guard parts.count == 2, parts[0].lowercased() == "bearer", !parts[1].isEmpty else { return nil }
-        return String(parts[1])
+        guard var bytes = authorization?.utf8[...] else { return nil }
+        let space = UInt8(ascii: " ")
+        while bytes.first == space { bytes = bytes.dropFirst() }
+        while bytes.last == space { bytes = bytes.dropLast() }
+        let scheme = Array("bearer".utf8)
+        // ASCII letters only: setting bit 0x20 lowers them (and maps no other byte onto one).
+        guard bytes.count > scheme.count + 1, zip(bytes, scheme).allSatisfy({ ($0 | 0x20) == $1 }),
+            bytes.dropFirst(scheme.count).first == space
+        else { return nil }
+        var token = bytes.dropFirst(scheme.count)
+        while token.first == space { token = token.dropFirst() }
+        guard !token.contains(space) else { return nil }
+        return String(Substring(token))
     }
 
     /// Apple's `responseBodyV2` (`{"signedPayload": "<JWS>"}`, nothing else, read strictly) as a

@@ -17,8 +17,14 @@ final class Routes: Sendable {
         case ready = "GET /readyz"
         case metrics = "GET /metrics"
 
-        var method: String { String(rawValue.prefix { $0 != " " }) }
-        var path: String { String(rawValue.drop { $0 != " " }.dropFirst()) }
+        var method: String { Self.parts[self]?.method ?? "" }
+        var path: String { Self.parts[self]?.path ?? "" }
+
+        /// Each route's method and path, split once.
+        private static let parts: [Route: (method: String, path: String)] = Dictionary(
+            uniqueKeysWithValues: allCases.map { route in
+                (route, (String(route.rawValue.prefix { $0 != " " }), String(route.rawValue.drop { $0 != " " }.dropFirst())))
+            })
     }
 
     /// The route a request is logged under: its template when known (never the raw path of an
