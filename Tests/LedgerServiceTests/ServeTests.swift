@@ -1,5 +1,6 @@
 import FirebaseAuth
 import Foundation
+import LedgerService
 import LedgerTestSupport
 import OwnershipLedger
 import Testing
@@ -326,5 +327,35 @@ import Testing
         #expect(figures["statuses"] as? [String: Int] == ["200": Int(route[3]) ?? 0])
         #expect(figures["serverExitStatus"] as? Int == 0)
         #expect((figures["commits"] as? Int ?? 0) >= 1)
+    }
+}
+
+/// What the service reads itself before the protocol.
+@Suite struct RequestBodiesTests {
+    @Test func bearerTokensAreReadInTheirOneForm() {
+        #expect(RequestBodies.bearerToken("Bearer abc.def") == "abc.def")
+        #expect(RequestBodies.bearerToken("bearer abc") == "abc")
+        #expect(RequestBodies.bearerToken("  BEARER   abc  ") == "abc")
+        for refused in [nil, "", "Bearer", "Bearer ", "Bearerabc", "Basic abc", "Bearer a b", "Bear abc", "Bearer\tabc", "Xearer abc"] {
+            #expect(RequestBodies.bearerToken(refused) == nil, "\(refused ?? "nil")")
+        }
+    }
+
+    @Test func notificationBodiesHoldOnlyASignedPayloadReadStrictly() throws {
+        let line = try RequestBodies.notificationLine(Array(#"{"signedPayload":"a.b.c"}"#.utf8))
+        #expect(String(decoding: line, as: UTF8.self) == #"{"signedPayload":"a.b.c","type":"notification"}"#)
+        for body in [#"{"signedPayload":"a","signedPayload":"b"}"#, #"{"signedPayload":1}"#, #"{"signedPayload":"a","x":1}"#, "[]", ""] {
+            #expect(throws: BodyError.self, "\(body)") { try RequestBodies.notificationLine(Array(body.utf8)) }
+        }
+    }
+
+    @Test func batchesSplitAsLedgerSubmitReadsThem() throws {
+        let lines = try RequestBodies.ndjsonLines(Array("a\r\n\n \t\nb\n\(String(repeating: "x", count: (1 << 20) + 1))\nc".utf8))
+        #expect(
+            lines == [
+                .bytes(Array("a".utf8)[...]), .bytes(Array("b".utf8)[...]), .unreadable("line is longer than 1048576 bytes"),
+                .bytes(Array("c".utf8)[...]),
+            ])
+        #expect(throws: BodyError.self) { try RequestBodies.ndjsonLines(Array(String(repeating: "{}\n", count: 1_001).utf8)) }
     }
 }
