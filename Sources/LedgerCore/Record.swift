@@ -33,6 +33,18 @@ public struct Record: Equatable, Sendable {
         return nil
     }
 
+    /// The lineage a submission's command belongs to: its fact's (a transaction's, or a notification's
+    /// when it names one). Its idempotency entry is kept with that lineage's index entries, so one
+    /// decision touches one lineage's part of the index; a command without one (a deletion, a support
+    /// step) has an entry of its own.
+    public var homeLineage: LineageKey? {
+        switch events.first {
+        case .transactionSubmitted(let e)?: e.lineage
+        case .notificationReceived(let e)?: e.lineage
+        default: nil
+        }
+    }
+
     /// Every lineage the record's events name, in order of first mention.
     public var lineages: [LineageKey] {
         var out: [LineageKey] = []

@@ -44,10 +44,12 @@ public struct LogHead: Equatable, Sendable {
 /// The derived indexes: each entry is implied by one record, so `verify` checks and `rebuild`
 /// repairs them from the log alone.
 public enum EngineIndex: String, CaseIterable, Sendable {
-    /// Command key → the sequence of each record of the command (the latest attempt last). An engine
-    /// may keep only a prefix of the key and resolve it against the record's own (LMDB keeps 8 bytes).
+    /// Command key → the sequence of each record of the command (the latest attempt last), for
+    /// commands without a home lineage (``Record/homeLineage``). An engine may keep only a prefix of the
+    /// key and resolve it against the record's own (LMDB keeps 8 bytes).
     case commands
-    /// Lineage → the sequence of each record that names it (or a transfer case of it).
+    /// Lineage → the sequence of each record that names it (or a transfer case of it), with the
+    /// record's command key: a command with a home lineage is found among that lineage's entries.
     case lineages
     /// Account → each lineage ever bound to it (by a binding or as a transfer's target), with the
     /// sequence of the record that bound it.
@@ -59,7 +61,7 @@ public enum EngineIndex: String, CaseIterable, Sendable {
 /// One entry of a derived index.
 public enum IndexEntry: Hashable, Sendable {
     case command(Key128, sequence: UInt64)
-    case lineage(LineageKey, sequence: UInt64)
+    case lineage(LineageKey, sequence: UInt64, command: Key128)
     case accountLineage(AccountID, LineageKey, sequence: UInt64)
     case merkleNode(level: UInt8, index: UInt64, hash: Digest32)
     /// A stored entry of the wrong shape (found by a scan; only ever removed).
@@ -78,9 +80,19 @@ public enum IndexEntry: Hashable, Sendable {
     /// The record the entry was derived from, when it names one.
     public var sequence: UInt64? {
         switch self {
-        case .command(_, let sequence), .lineage(_, let sequence), .accountLineage(_, _, let sequence): sequence
+        case .command(_, let sequence), .lineage(_, let sequence, _), .accountLineage(_, _, let sequence): sequence
         case .merkleNode, .malformed: nil
         }
+    }
+}
+
+/// A command to look up: its key and its home lineage (``Record/homeLineage``), under which it is indexed.
+public struct CommandRef: Hashable, Sendable {
+    public var key: Key128
+    public var home: LineageKey?
+    public init(_ key: Key128, home: LineageKey?) {
+        self.key = key
+        self.home = home
     }
 }
 
@@ -135,8 +147,8 @@ public protocol EngineReader {
     /// non-decreasing `recordedAt`. O(log n) record reads.
     func lastSequence(recordedAtOrBefore time: Timestamp) throws -> UInt64
 
-    /// For each command key, its latest record (sequence and bytes), when it has one.
-    func latestRecords(ofCommands commands: [Key128]) throws -> [Key128: (sequence: UInt64, bytes: [UInt8])]
+    /// For each command, its latest record (sequence and bytes), when it has one.
+    func latestRecords(of commands: [CommandRef]) throws -> [Key128: (sequence: UInt64, bytes: [UInt8])]
     /// The sequences of the lineage's records through `through`, ascending.
     func sequences(ofLineage lineage: LineageKey, through: UInt64) throws -> [UInt64]
     /// For each account, every lineage ever bound to it.

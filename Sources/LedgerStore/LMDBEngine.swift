@@ -9,8 +9,8 @@ import Projections
 /// | database | key → value |
 /// | --- | --- |
 /// | `log` | u64 sequence → record bytes (appended with `MDB_APPEND`) |
-/// | `commands` | first 8 bytes of the command key → u64 sequence (`MDB_DUPSORT`, `MDB_DUPFIXED`) |
-/// | `lineages` | lineage(16) → u64 sequence (`MDB_DUPSORT`, `MDB_DUPFIXED`) |
+/// | `commands` | first 8 bytes of the command key → u64 sequence, for commands without a home lineage (`MDB_DUPSORT`, `MDB_DUPFIXED`) |
+/// | `lineages` | lineage(16) → u48 sequence ‖ first 8 bytes of the record's command key (`MDB_DUPSORT`, `MDB_DUPFIXED`) |
 /// | `account-lineages` | account(16) → lineage(16) ‖ u64 sequence (`MDB_DUPSORT`, `MDB_DUPFIXED`) |
 /// | `read-models` | `ReadModel` keys → values |
 /// | `identities` | `u` ‖ vault key(16) → pseudonym(16); `p` ‖ pseudonym(16) → sealed UID |
@@ -99,6 +99,11 @@ struct KeyBuffer {
     mutating func append(_ byte: UInt8) {
         withUnsafeMutableBytes(of: &storage) { $0[count] = byte }
         count += 1
+    }
+
+    /// The low 6 bytes of `value`, big-endian.
+    mutating func append(u48 value: UInt64) {
+        for shift in stride(from: 40, through: 0, by: -8) { append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
     }
 
     mutating func append(_ value: UInt64) {
@@ -205,28 +210,55 @@ struct LMDBAccess: EngineReader, EngineWriter {
 
     // MARK: Indexes
 
-    func latestRecords(ofCommands commands: [Key128]) throws -> [Key128: (sequence: UInt64, bytes: [UInt8])] {
+    func latestRecords(of commands: [CommandRef]) throws -> [Key128: (sequence: UInt64, bytes: [UInt8])] {
         var out: [Key128: (sequence: UInt64, bytes: [UInt8])] = [:]
-        let cursor = try txn.cursor(db.commands)
-        defer { cursor.close() }
-        for command in commands where out[command] == nil {
-            var entry = try KeyBuffer(command.high).with { k in try cursor.get(MDB_SET_KEY, key: k) }
+        let homeless = try txn.cursor(db.commands)
+        defer { homeless.close() }
+        let lineages = try txn.cursor(db.lineages)
+        defer { lineages.close() }
+        for command in commands where out[command.key] == nil {
+            // The latest entry whose prefix matches, resolved against each record's own key.
+            var entry: (key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)?
+            let cursor = command.home == nil ? homeless : lineages
+            if let home = command.home {
+                entry = try KeyBuffer(home.key).with { k in try cursor.get(MDB_SET_KEY, key: k) }
+            } else {
+                entry = try KeyBuffer(command.key.high).with { k in try cursor.get(MDB_SET_KEY, key: k) }
+            }
             guard entry != nil else { continue }
             entry = try cursor.get(MDB_LAST_DUP)
-            // The key is the command key's first 8 bytes: resolve it against each record's own key.
             while let (_, value) = entry {
-                guard let sequence = Self.u64(value) else { throw corrupt("a commands entry of \(value.count) bytes") }
-                if let bytes = try record(sequence) {
-                    let found = bytes.withUnsafeBytes { RecordCodec.command(of: $0) }
-                    if found == command {
-                        out[command] = (sequence, bytes)
-                        break
+                let sequence: UInt64
+                if command.home == nil {
+                    guard let found = Self.u64(value) else { throw corrupt("a commands entry of \(value.count) bytes") }
+                    sequence = found
+                } else {
+                    guard value.count == Self.lineageEntryLength else { throw corrupt("a lineages entry of \(value.count) bytes") }
+                    guard Self.commandPrefix(ofLineageEntry: value) == command.key.high else {
+                        entry = try cursor.get(MDB_PREV_DUP)
+                        continue
                     }
+                    sequence = Self.sequence(ofLineageEntry: value)
+                }
+                if let bytes = try record(sequence), bytes.withUnsafeBytes({ RecordCodec.command(of: $0) }) == command.key {
+                    out[command.key] = (sequence, bytes)
+                    break
                 }
                 entry = try cursor.get(MDB_PREV_DUP)
             }
         }
         return out
+    }
+
+    /// A `lineages` value: the record's sequence (6 bytes) and its command key's first 8 bytes.
+    static let lineageEntryLength = 14
+
+    static func sequence(ofLineageEntry value: UnsafeRawBufferPointer) -> UInt64 {
+        (0..<6).reduce(UInt64(0)) { $0 << 8 | UInt64(value[$1]) }
+    }
+
+    static func commandPrefix(ofLineageEntry value: UnsafeRawBufferPointer) -> UInt64 {
+        UInt64(bigEndian: value.loadUnaligned(fromByteOffset: 6, as: UInt64.self))
     }
 
     func sequences(ofLineage lineage: LineageKey, through: UInt64) throws -> [UInt64] {
@@ -235,7 +267,8 @@ struct LMDBAccess: EngineReader, EngineWriter {
         defer { cursor.close() }
         var entry = try KeyBuffer(lineage.key).with { k in try cursor.get(MDB_SET_KEY, key: k) }
         while let (_, value) = entry {
-            guard let sequence = Self.u64(value) else { throw corrupt("a lineages entry of \(value.count) bytes") }
+            guard value.count == Self.lineageEntryLength else { throw corrupt("a lineages entry of \(value.count) bytes") }
+            let sequence = Self.sequence(ofLineageEntry: value)
             guard sequence <= through else { break }
             out.append(sequence)
             entry = try cursor.get(MDB_NEXT_DUP)
@@ -276,7 +309,11 @@ struct LMDBAccess: EngineReader, EngineWriter {
         case .commands:
             if key.count == 8, let sequence = u64(value) { return .command(Key128(high: u64(key) ?? 0, low: 0), sequence: sequence) }
         case .lineages:
-            if key.count == 16, let sequence = u64(value) { return .lineage(LineageKey(Key128(loading: key, at: 0)), sequence: sequence) }
+            if key.count == 16, value.count == lineageEntryLength {
+                return .lineage(
+                    LineageKey(Key128(loading: key, at: 0)), sequence: sequence(ofLineageEntry: value),
+                    command: Key128(high: commandPrefix(ofLineageEntry: value), low: 0))
+            }
         case .accountLineages:
             if key.count == 16, value.count == 24 {
                 return .accountLineage(
@@ -294,8 +331,11 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     func normalized(_ entry: IndexEntry) -> IndexEntry {
-        if case .command(let key, let sequence) = entry { return .command(Key128(high: key.high, low: 0), sequence: sequence) }
-        return entry
+        switch entry {
+        case .command(let key, let sequence): .command(Key128(high: key.high, low: 0), sequence: sequence)
+        case .lineage(let lineage, let sequence, let command): .lineage(lineage, sequence: sequence, command: Key128(high: command.high, low: 0))
+        default: entry
+        }
     }
 
     /// The LMDB key and value of an entry.
@@ -303,8 +343,11 @@ struct LMDBAccess: EngineReader, EngineWriter {
         switch entry {
         case .command(let key, let sequence):
             return try KeyBuffer(key.high).with { k in try KeyBuffer(sequence).with { v in try body(k, v) } }
-        case .lineage(let lineage, let sequence):
-            return try KeyBuffer(lineage.key).with { k in try KeyBuffer(sequence).with { v in try body(k, v) } }
+        case .lineage(let lineage, let sequence, let command):
+            var value = KeyBuffer()
+            value.append(u48: sequence)
+            value.append(command.high)
+            return try KeyBuffer(lineage.key).with { k in try value.with { v in try body(k, v) } }
         case .accountLineage(let account, let lineage, let sequence):
             var value = KeyBuffer(lineage.key)
             value.append(sequence)

@@ -87,11 +87,12 @@ public enum MerkleLog {
     }
 }
 
-/// The index entries a record implies (besides Merkle nodes): its command, every lineage it names
-/// (and, for a step of a transfer case that names only the case, the case's lineage), and every
-/// lineage it binds to an account (a binding, or a transfer's target).
+/// The index entries a record implies (besides Merkle nodes): every lineage it names (and, for a
+/// step of a transfer case that names only the case, the case's lineage), each with the record's
+/// command; its command on its own when it has no home lineage; and every lineage it binds to an
+/// account (a binding, or a transfer's target).
 public func impliedEntries(of record: Record, caseLineage: (String) -> LineageKey?) -> [IndexEntry] {
-    var entries: [IndexEntry] = [.command(record.command, sequence: record.sequence)]
+    var entries: [IndexEntry] = record.homeLineage == nil ? [.command(record.command, sequence: record.sequence)] : []
     var lineages = record.lineages
     for event in record.events {
         switch event {
@@ -107,7 +108,7 @@ public func impliedEntries(of record: Record, caseLineage: (String) -> LineageKe
             break
         }
     }
-    for lineage in lineages { entries.append(.lineage(lineage, sequence: record.sequence)) }
+    for lineage in lineages { entries.append(.lineage(lineage, sequence: record.sequence, command: record.command)) }
     return entries
 }
 

@@ -226,7 +226,7 @@ struct Analysis {
     func describe(_ entry: IndexEntry) -> String {
         switch entry {
         case .command(let key, let sequence): "entry for record \(sequence) (command \(String(key.hex.prefix(16))))"
-        case .lineage(let lineage, let sequence): "entry for record \(sequence) (lineage \(lineage))"
+        case .lineage(let lineage, let sequence, _): "entry for record \(sequence) (lineage \(lineage))"
         case .accountLineage(let account, let lineage, let sequence): "entry for record \(sequence) (account \(account), lineage \(lineage))"
         case .merkleNode(let level, let index, _):
             "node of records \(index << UInt64(level) + 1) to \((index + 1) << UInt64(level))"

@@ -81,7 +81,7 @@ public final class Ledger: @unchecked Sendable {
         return try store.write { reader, writer in
             var group = try WriteGroup(store: store, reader: reader, clock: clock)
             let all = prepared.joined()
-            try group.prefetch(commands: all.map(\.command), uids: all.compactMap(\.uid))
+            try group.prefetch(commands: all.map(\.commandRef), uids: all.compactMap(\.uid))
             try group.load(lineages: all.compactMap(\.lineage))
             let decisions = try prepared.map { submissions in try submissions.map { try decide($0, in: &group) } }
             try writer.apply(group.batch())
@@ -102,7 +102,10 @@ public final class Ledger: @unchecked Sendable {
         var command: Key128
         /// The authenticated UID, if any.
         var uid: String?
+        /// The lineage its fact names: the command's home lineage (``Record/homeLineage``).
         var lineage: LineageKey?
+
+        var commandRef: CommandRef { CommandRef(command, home: lineage) }
     }
 
     /// Validates `submission` and computes its keys. A submission is identified by what it carries
@@ -134,7 +137,7 @@ public final class Ledger: @unchecked Sendable {
     /// recorded as the command's next attempt (a restore retried after a transfer, a deletion, a
     /// refund or an expiry; a UID deleted again after reuse).
     private func decide(_ prepared: Prepared, in group: inout WriteGroup) throws -> Decision {
-        let prior = try group.latestRecord(of: prepared.command)
+        let prior = try group.latestRecord(of: prepared.commandRef)
         let attempt = prior.map { $0.attempt + 1 } ?? 0
         let command: Command
         var erasedUID: String?

@@ -90,19 +90,19 @@ struct WriteGroup {
     }
 
     /// The latest record of `command`, if any (looking up several at once is ``prefetch(commands:uids:)``).
-    mutating func latestRecord(of command: Key128) throws -> Record? {
-        if let known = commands[command] { return known }
+    mutating func latestRecord(of command: CommandRef) throws -> Record? {
+        if let known = commands[command.key] { return known }
         try prefetch(commands: [command])
-        return commands[command] ?? nil
+        return commands[command.key] ?? nil
     }
 
     /// Looks up the latest records of `commands` and the pseudonyms of `uids` in two batch reads.
-    mutating func prefetch(commands wanted: [Key128] = [], uids: [String] = []) throws {
-        let commandKeys = wanted.filter { commands[$0] == nil }
-        if !commandKeys.isEmpty {
-            let found = try reader.latestRecords(ofCommands: commandKeys)
-            for key in commandKeys {
-                commands[key] = try found[key].map { try RecordCodec.decode($0.bytes, sequence: $0.sequence) } as Record?
+    mutating func prefetch(commands wanted: [CommandRef] = [], uids: [String] = []) throws {
+        let missing = wanted.filter { commands[$0.key] == nil }
+        if !missing.isEmpty {
+            let found = try reader.latestRecords(of: missing)
+            for command in missing {
+                commands[command.key] = try found[command.key].map { try RecordCodec.decode($0.bytes, sequence: $0.sequence) } as Record?
             }
         }
         let vaultKeys = try uids.map { try store.keys.vaultKey(uid: $0) }.filter { pseudonyms[$0] == nil }
@@ -177,7 +177,9 @@ struct WriteGroup {
         let caseLineage = { (caseId: String) in transfers[caseId]?.request.plan.lineage }
         let record = try appender.append(recordedAt: clock(), at: at, command: command, attempt: attempt, events: events, caseLineage: caseLineage)
         if !Self.isCaseStep(record) {
-            for case .lineage(let lineage, _) in impliedEntries(of: record, caseLineage: caseLineage) { appendedOnLineage[lineage, default: 0] += 1 }
+            for case .lineage(let lineage, _, _) in impliedEntries(of: record, caseLineage: caseLineage) {
+                appendedOnLineage[lineage, default: 0] += 1
+            }
         }
         for event in events {
             StateProjection.evolve(&state, event)

@@ -21,8 +21,8 @@ struct BenchCommand: Subcommand {
             (what the storage engine sustains), the parse and render cost per line, and the last chunk's
             rate over the first's;
           - bytes per line at rest (data.mdb / lines) and per database;
-          - `ledger rebuild` and `ledger verify` run as child processes: records/s, events/s, peak resident
-            memory (getrusage);
+          - `ledger rebuild` and `ledger verify` run as child processes: records/s, events/s, peak
+            anonymous memory (heap) and peak resident memory (which also counts data.mdb's mapped pages);
           - `account --at` and `binding --at` latency in this process (median and 95th percentile of N
             samples, default 200), at times cut inside the history.
 
@@ -176,7 +176,9 @@ struct BenchCommand: Subcommand {
         return .success
     }
 
-    /// Wall time, peak resident memory and the figures of a `ledger` child process.
+    /// Wall time, peak memory and the figures of a `ledger` child process. Memory is sampled from
+    /// `/proc/PID/status` every 2 ms: `RssAnon` (heap, stacks: what the process allocated) and `VmHWM`
+    /// (peak resident, which also counts the pages of data.mdb the LMDB map touched: file cache, not heap).
     static func child(_ arguments: [String]) throws -> JSONObject {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL.resolvingSymlinksInPath()
@@ -188,20 +190,45 @@ struct BenchCommand: Subcommand {
         process.standardOutput = output
         let start = DispatchTime.now().uptimeNanoseconds
         try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        var status: Int32 = 0
-        var usage = rusage()
-        _ = wait4(process.processIdentifier, &status, 0, &usage)
+        let collected = OutputCollector()
+        let reading = DispatchGroup()
+        reading.enter()
+        DispatchQueue.global().async {
+            collected.data = output.fileHandleForReading.readDataToEndOfFile()
+            reading.leave()
+        }
+        var (peakAnonymous, peakResident) = (0, 0)
+        let statusFile = "/proc/\(process.processIdentifier)/status"
+        while process.isRunning {
+            if let text = try? String(contentsOfFile: statusFile, encoding: .utf8) {
+                for line in text.split(separator: "\n") {
+                    let parts = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
+                    guard parts.count >= 2, let kib = Int(parts[1]) else { continue }
+                    if parts[0] == "RssAnon:" { peakAnonymous = max(peakAnonymous, kib) }
+                    if parts[0] == "VmHWM:" { peakResident = max(peakResident, kib) }
+                }
+            }
+            usleep(2_000)
+        }
+        process.waitUntilExit()
+        reading.wait()
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
-        let report = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
+        let report = (try? JSONSerialization.jsonObject(with: collected.data)) as? [String: Any] ?? [:]
         let records = (report["records"] ?? report["verifiedRecords"]) as? Int ?? 0
         let events = report["events"] as? Int ?? 0
+        func mebibytes(_ kib: Int) -> Double { (Double(kib) / 102.4).rounded() / 10 }
         return [
             "seconds": (seconds * 1000).rounded() / 1000, "records": records, "events": events,
             "recordsPerSecond": Int(Double(records) / seconds), "eventsPerSecond": Int(Double(events) / seconds),
-            "peakResidentMiB": Double(usage.ru_maxrss / 1024), "exitStatus": Int(status),
+            "peakAnonymousMiB": mebibytes(peakAnonymous), "peakResidentMiB": mebibytes(peakResident),
+            "exitStatus": Int(process.terminationStatus),
             "intact": (report["intact"] as? Bool) ?? ((report["differences"] as? [Any])?.isEmpty ?? false),
         ]
+    }
+
+    /// A child's standard output, read on another thread.
+    final class OutputCollector: @unchecked Sendable {
+        var data = Data()
     }
 
     static func milliseconds(_ body: () throws -> Void) throws -> Double {

@@ -38,6 +38,12 @@ import Testing
         }
     }
 
+    /// The `lineages` entry of `lineage` for record `sequence` (which carries the record's command).
+    func lineageEntry(_ ledger: Ledger, _ lineage: LineageKey, _ sequence: UInt64) throws -> IndexEntry {
+        let record = try #require(try ledger.store.records(from: sequence, limit: 1).first)
+        return .lineage(lineage, sequence: sequence, command: record.command)
+    }
+
     /// What forensics answers about a lineage: the records it finds, the timeline and the explanation.
     func forensics(_ ledger: Ledger, uid: String, originalTransactionId: String) throws -> [String] {
         let records = try ledger.lineageRecords(originalTransactionId: originalTransactionId).records.map(\.record.sequence)
@@ -65,7 +71,7 @@ import Testing
         let binding = try ledger.binding(originalTransactionId: "3")
         #expect(before[0] == "[3, 4]")
 
-        try damage(ledger, removing: [.lineage(lineage, sequence: 4)])
+        try damage(ledger, removing: [try lineageEntry(ledger, lineage, 4)])
         // Forensics no longer silently omits the record: it refuses the damaged index.
         #expect(throws: LedgerStoreError.self) { try forensics(ledger, uid: "carol", originalTransactionId: "3") }
         let damaged = try ledger.store.replay()
@@ -98,24 +104,37 @@ import Testing
         #expect(try ledger.account(uid: "alice") == before)
     }
 
-    /// A command entry moved to another record: the retry of that command would not be recognised.
+    /// A command entry moved to another record (a deletion's, in `commands`), and a lineage entry
+    /// carrying another command (a purchase's, whose command is indexed with its lineage): the retries
+    /// of those commands would not be recognised.
     @Test func aCommandEntryPointingAtTheWrongRecordIsReportedAndRepaired() throws {
         let (ledger, directory) = try populatedLedger()
         defer { directory.remove() }
-        let record = try #require(try ledger.store.records().first)
-        try damage(ledger, removing: [.command(record.command, sequence: 1)], adding: [.command(record.command, sequence: 2)])
+        let records = try ledger.store.records()
+        let (purchase, deletion) = (records[0], records[3])
+        #expect(purchase.homeLineage != nil && deletion.homeLineage == nil)
+        let lineage = try #require(purchase.homeLineage)
+        let wrong = Key128(high: purchase.command.high ^ 1, low: 0)
+        try damage(
+            ledger,
+            removing: [.command(deletion.command, sequence: 4), .lineage(lineage, sequence: 1, command: purchase.command)],
+            adding: [.command(deletion.command, sequence: 3), .lineage(lineage, sequence: 1, command: wrong)])
         let damaged = try ledger.store.replay()
-        let prefix = String(record.command.hex.prefix(16))
+        let prefix = String(deletion.command.hex.prefix(16))
         #expect(
             damaged.indexDifferences == [
-                "commands: unexpected entry for record 2 (command \(prefix))", "commands: missing entry for record 1 (command \(prefix))",
+                "commands: unexpected entry for record 3 (command \(prefix))", "commands: missing entry for record 4 (command \(prefix))",
+                "lineages: unexpected entry for record 1 (lineage \(lineage))", "lineages: missing entry for record 1 (lineage \(lineage))",
             ])
         _ = try ledger.store.rebuildReadModels(repair: true)
         #expect(try ledger.store.replay().isIntact)
-        // The retry is recognised again: it appends nothing.
-        let retry = SubmitProtocol(ledger: ledger, trustDecoded: true).respond(
+        // The retries are recognised again: they append nothing.
+        let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+        let retry = submit.respond(
             to: Fixtures.line(["type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1", at: t), "at": t]))
         #expect(Fixtures.object(retry)["duplicate"] as? Bool == true, "\(retry)")
+        let deleteAgain = submit.respond(to: Fixtures.line(["type": "delete-account", "account": "carol", "at": t + day]))
+        #expect(Fixtures.object(deleteAgain)["duplicate"] as? Bool == true, "\(deleteAgain)")
         #expect(try ledger.store.head().sequence == 4)
     }
 
@@ -137,12 +156,12 @@ import Testing
     @Test func aLongListIsCappedWithACount() throws {
         let (ledger, directory) = try populatedLedger(purchases: 120)
         defer { directory.remove() }
-        let records = try ledger.store.records()
+        let records = try ledger.store.records().filter { $0.homeLineage != nil }  // not the deletion
         #expect(records.count > 110)
-        try damage(ledger, removing: records.map { .command($0.command, sequence: $0.sequence) })
+        try damage(ledger, removing: try records.map { try lineageEntry(ledger, #require($0.homeLineage), $0.sequence) })
         let damaged = try ledger.store.replay()
         #expect(damaged.indexDifferences.count == 101)
-        #expect(damaged.indexDifferences.first?.hasPrefix("commands: missing entry for record 1 ") == true)
+        #expect(damaged.indexDifferences.first?.hasPrefix("lineages: missing entry for record 1 ") == true)
         #expect(damaged.indexDifferences.last == "… and \(records.count - 100) more")
         _ = try ledger.store.rebuildReadModels(repair: true)
         #expect(try ledger.store.replay().isIntact)
@@ -176,7 +195,7 @@ import Testing
         defer { directory.remove() }
         let store = ledger.store.directory.path
         let lineage = try ledger.lineage(originalTransactionId: "2")
-        try damage(ledger, removing: [.lineage(lineage, sequence: 2)])
+        try damage(ledger, removing: [try lineageEntry(ledger, lineage, 2)])
         let line = "lineages: missing entry for record 2 (lineage \(lineage))"
 
         let verify = try LedgerBinary.run(["verify", "--store", store])
@@ -213,7 +232,8 @@ import Testing
         _ = submit.respond(to: Fixtures.line(["type": "delete-account", "account": "ann", "at": t + 1]))
         let lineage = try ledger.lineage(originalTransactionId: "77")
         #expect(try ledger.replayLineage(originalTransactionId: "77").isEmpty == false)
-        try ledger.store.engine.withWriteAccess { try $0.remove([.lineage(lineage, sequence: 2)]) }
+        let record = try #require(try ledger.store.records(from: 2, limit: 1).first)
+        try ledger.store.engine.withWriteAccess { try $0.remove([.lineage(lineage, sequence: 2, command: record.command)]) }
         #expect(throws: LedgerStoreError.self) { try ledger.replayLineage(originalTransactionId: "77") }
         let store = directory.path("store").path
         let export = try LedgerBinary.run([
