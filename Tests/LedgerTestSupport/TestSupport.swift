@@ -222,6 +222,9 @@ public enum LedgerBinary {
         process.standardError = err
         try process.run()
         let data = stdinData
+        // Writing to a child that exited must fail with EPIPE, not kill the test process: SIGPIPE is
+        // otherwise only ignored once an in-process server has started.
+        signal(SIGPIPE, SIG_IGN)
         DispatchQueue.global().async {
             // A command that fails before reading its input closes the pipe: EPIPE here is not an error (the
             // non-throwing `write(_:)` traps on it).
