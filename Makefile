@@ -1,7 +1,7 @@
 # Set-up and everyday commands. `make demo` and `make test` are the README's two commands.
 SWIFT ?= swift
 
-.PHONY: deps build demo test bench bench-history format lint fuzz coverage
+.PHONY: deps build demo test bench bench-history bench-submit format lint fuzz coverage
 
 deps:
 	@{ pkg-config --exists lmdb libcrypto libmicrohttpd && command -v curl; } >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev libmicrohttpd-dev pkg-config curl; }
@@ -27,6 +27,29 @@ bench-history: build
 	test -s .build/bench/lines-$(LINES).jsonl || python3 $(GEN_HISTORY) $(LINES) > .build/bench/lines-$(LINES).jsonl
 	rm -rf .build/bench/store-$(LINES)
 	.build/release/ledger bench history --lines .build/bench/lines-$(LINES).jsonl --dir .build/bench/store-$(LINES)
+
+# `ledger submit` end to end (docs/benchmarks.md), each into a fresh store, timed by /usr/bin/time
+# (Debian `time`): SUBMIT_LINES gen_history.py lines with --trust-decoded, then SIGNED_LINES of them
+# signed with the test PKI (`ledger bench sign`) without it. Prints lines/s and peak resident memory.
+SUBMIT_LINES ?= 1000000
+SIGNED_LINES ?= 20000
+BENCH_INIT = init --bundle-id com.example.myrecipes --environment Production --app-apple-id 1234567890
+bench-submit: build
+	mkdir -p .build/bench
+	test -s .build/bench/lines-$(SUBMIT_LINES).jsonl || python3 $(GEN_HISTORY) $(SUBMIT_LINES) > .build/bench/lines-$(SUBMIT_LINES).jsonl
+	test -s .build/bench/lines-$(SIGNED_LINES).jsonl || python3 $(GEN_HISTORY) $(SIGNED_LINES) > .build/bench/lines-$(SIGNED_LINES).jsonl
+	test -s .build/bench/signed-$(SIGNED_LINES).jsonl || .build/release/ledger bench sign \
+	    --in .build/bench/lines-$(SIGNED_LINES).jsonl --out .build/bench/signed-$(SIGNED_LINES).jsonl
+	rm -rf .build/bench/submit-trusted .build/bench/submit-signed
+	.build/release/ledger $(BENCH_INIT) --store .build/bench/submit-trusted > /dev/null
+	/usr/bin/time -o .build/bench/time-trusted -f '%e %M' .build/release/ledger submit --trust-decoded \
+	    --store .build/bench/submit-trusted < .build/bench/lines-$(SUBMIT_LINES).jsonl > .build/bench/answers-trusted.jsonl
+	awk '{ printf "submit --trust-decoded: $(SUBMIT_LINES) lines in %s s: %.0f lines/s, peak %.1f MiB\n", $$1, $(SUBMIT_LINES) / $$1, $$2 / 1024 }' .build/bench/time-trusted
+	.build/release/ledger $(BENCH_INIT) --store .build/bench/submit-signed \
+	    --root-certificate Tests/AppleSignedDataTests/Vectors/certs/testCA.der > /dev/null
+	/usr/bin/time -o .build/bench/time-signed -f '%e %M' .build/release/ledger submit \
+	    --store .build/bench/submit-signed < .build/bench/signed-$(SIGNED_LINES).jsonl > .build/bench/answers-signed.jsonl
+	awk '{ printf "submit (signed JWS, test PKI): $(SIGNED_LINES) lines in %s s: %.0f lines/s, peak %.1f MiB\n", $$1, $(SIGNED_LINES) / $$1, $$2 / 1024 }' .build/bench/time-signed
 
 format:
 	$(SWIFT) format --in-place --recursive --configuration .swift-format Package.swift Sources Projections Tests

@@ -12,6 +12,7 @@ struct BenchCommand: Subcommand {
                                     [--bundle-id ID] [--environment E] [--app-apple-id N]
                ledger bench serve [--clients N] [--requests N] [--route transactions|submit] [--batch N]
                                   [--fixtures DIR] [--dir DIR]
+               ledger bench sign --in FILE --out FILE [--fixtures DIR]
 
         `bench history` creates a fresh ledger in DIR (default a temporary directory, removed afterwards; the defaults match
         ../shared/tools/gen_history.py: com.example.myrecipes, Production, 1234567890) and measures, on the
@@ -33,10 +34,17 @@ struct BenchCommand: Subcommand {
         (default ./Tests, the repository's) and prints decisions/s, latency percentiles, the commit group
         sizes and the server's resident memory through the run (docs/benchmarks.md).
 
+        `bench sign` (benchmark tooling for `make bench-submit`) rewrites trusted-decoded submit lines (FILE, e.g.
+        gen_history.py's) into the same lines carrying App Store JWS signed with the test keys under --fixtures:
+        each transaction becomes a signedTransaction, each notification a signedPayload whose transaction is
+        its signedTransactionInfo. Submit them without --trust-decoded to a ledger initialised with
+        --root-certificate Tests/AppleSignedDataTests/Vectors/certs/testCA.der.
+
         Progress goes to stderr, the JSON figures to stdout.
         """
     static let options: Set<String> = [
         "lines", "chunks", "samples", "dir", "bundle-id", "environment", "app-apple-id", "clients", "requests", "route", "batch", "fixtures",
+        "in", "out",
     ]
     static let positionals = 1...1
 
@@ -44,7 +52,13 @@ struct BenchCommand: Subcommand {
         switch arguments.positionals.first {
         case "history": return try history(arguments, console: console)
         case "serve": return try serve(arguments, console: console)
-        default: throw CLIError.usage("give history or serve")
+        case "sign":
+            let figures = try SignedWorkload.run(
+                input: URL(fileURLWithPath: try arguments.required("in")), output: URL(fileURLWithPath: try arguments.required("out")),
+                fixtures: URL(fileURLWithPath: arguments.value("fixtures") ?? "Tests"), log: { console.err("bench: \($0)") })
+            console.out(JSONLine.render(figures))
+            return .success
+        default: throw CLIError.usage("give history, serve or sign")
         }
     }
 

@@ -213,3 +213,35 @@ extension SignedSubmissionTests {
         #expect((answers.first?["message"] as? String)?.contains("crit") == true)
     }
 }
+
+extension SignedSubmissionTests {
+    @Test func benchSignTurnsATrustedWorkloadIntoSignedLinesDecidedTheSame() throws {
+        defer { directory.remove() }
+        try initLedger()
+        let trusted = [
+            ["type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1001", at: t), "at": t],
+            [
+                "type": "notification",
+                "notification": Fixtures.notification(
+                    "DID_RENEW", uuid: "bench-1", transaction: Fixtures.transaction("1001", transactionId: "1002", at: t + day), at: t + day),
+                "at": t + day,
+            ],
+            ["type": "restore", "account": "bob", "transaction": Fixtures.transaction("1001", at: t), "at": t + 2 * day],
+            ["type": "delete-account", "account": "alice", "at": t + 3 * day],
+        ]
+        let input = directory.path("trusted.jsonl")
+        let output = directory.path("signed.jsonl")
+        try Data((trusted.map(Fixtures.line).joined(separator: "\n") + "\n").utf8).write(to: input)
+        let signing = try LedgerBinary.run(
+            ["bench", "sign", "--in", input.path, "--out", output.path, "--fixtures", LedgerBinary.packageRoot.appendingPathComponent("Tests").path])
+        #expect(signing.status == 0, "\(signing.stderr)")
+        #expect(signing.json["lines"] as? Int == 4)
+        #expect(signing.json["signatures"] as? Int == 4)
+        let signed = String(decoding: try Data(contentsOf: output), as: UTF8.self)
+        let lines = signed.split(separator: "\n").map { Fixtures.object(String($0)) }
+        #expect(lines.map { $0.keys.sorted() }[0] == ["account", "at", "signedTransaction", "type"])
+        #expect(lines[1]["signedPayload"] is String && lines[1]["notification"] == nil)
+        let answers = try LedgerBinary.run(["submit", "--store", store], stdin: signed).lines.map(Fixtures.object)
+        #expect(answers.map { $0["decision"] as? String } == ["granted", "granted", "denied", "recorded"])
+    }
+}
