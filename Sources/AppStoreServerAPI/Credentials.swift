@@ -37,8 +37,14 @@ public struct AppStoreConnectCredentials: Sendable {
                 "the private key file \(path) has mode \(String(mode, radix: 8)): group or others may read it; "
                     + "mode 0600 is required (run `chmod 600 \(path)`)")
         }
-        guard info.st_size <= maximumKeyFileBytes, let data = FileManager.default.contents(atPath: path) else {
-            throw .configuration("the private key file \(path) cannot be read or is larger than \(maximumKeyFileBytes) bytes")
+        guard info.st_size <= maximumKeyFileBytes else {
+            throw .configuration("the private key file \(path) is larger than \(maximumKeyFileBytes) bytes")
+        }
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw .configuration("the private key file \(path) cannot be read: \(error.localizedDescription)")
         }
         return try privateKey(pem: data, source: path)
     }

@@ -134,8 +134,11 @@ public final class FirebaseKeySource: @unchecked Sendable {
     private func fetch() throws(FirebaseKeyError) -> (keys: [String: RSAPublicKey], maximumAge: Int64?) {
         switch location {
         case .file(let path):
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw FirebaseKeyError("cannot read the Firebase certificates file \(path)")
+            let data: Data
+            do {
+                data = try Data(contentsOf: URL(fileURLWithPath: path))
+            } catch {
+                throw FirebaseKeyError("cannot read the Firebase certificates file \(path): \(error.localizedDescription)")
             }
             return (try Self.parseCertificates([UInt8](data)), nil)
         case .url(let url):

@@ -22,8 +22,14 @@ public struct ServiceTokens: Sendable {
             throw ServiceTokenError(
                 "the service token file \(path) is readable by others (mode \(String(status.st_mode & 0o777, radix: 8))); chmod 600 it")
         }
-        guard Int(status.st_size) <= Self.maximumFileBytes, let data = FileManager.default.contents(atPath: path) else {
-            throw ServiceTokenError("cannot read the service token file \(path), or it is larger than \(Self.maximumFileBytes) bytes")
+        guard Int(status.st_size) <= Self.maximumFileBytes else {
+            throw ServiceTokenError("the service token file \(path) is larger than \(Self.maximumFileBytes) bytes")
+        }
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw ServiceTokenError("cannot read the service token file \(path): \(error.localizedDescription)")
         }
         try self.init(parsing: [UInt8](data))
     }

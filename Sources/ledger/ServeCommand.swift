@@ -131,8 +131,8 @@ struct ServeCommand: Subcommand {
         guard certificate != nil || key != nil else { return nil }
         guard let certificate, let key else { throw CLIError.usage("--tls-certificate and --tls-key go together") }
         func read(_ path: String, _ option: String) throws -> String {
-            guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
-                throw CLIError.usage("--\(option) \(path) cannot be read as PEM text")
+            guard let text = String(data: try readFile(path, option: "--\(option)"), encoding: .utf8) else {
+                throw CLIError.usage("--\(option) \(path) is not PEM text (not UTF-8)")
             }
             return text
         }
