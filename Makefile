@@ -1,7 +1,7 @@
 # Set-up and everyday commands. `make demo` and `make test` are the README's two commands.
 SWIFT ?= swift
 
-.PHONY: deps build demo test bench bench-history bench-submit format lint fuzz coverage
+.PHONY: deps build demo test bench bench-history bench-submit format lint fuzz soak coverage
 
 deps:
 	@{ pkg-config --exists lmdb libcrypto libmicrohttpd && command -v curl; } >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev libmicrohttpd-dev pkg-config curl; }
@@ -61,6 +61,13 @@ lint:
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) SWIFT=$(SWIFT) bash Tests/Fuzz/fuzz.sh
+
+# Concurrent `ledger submit` writers killed with SIGKILL at random moments, checked after every kill, for
+# SOAK_SECONDS (default 300; docs/testing.md). Drives only the binary; CI does not run it.
+SOAK_SECONDS ?= 300
+soak: build
+	@command -v python3 >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3; }
+	python3 Tests/Soak/soak.py --seconds $(SOAK_SECONDS) --ledger .build/release/ledger
 
 # Line coverage of the library modules from the test suite (the toolchain's llvm-cov).
 LLVM_COV ?= $(dir $(shell readlink -f $$(command -v $(SWIFT))))llvm-cov
