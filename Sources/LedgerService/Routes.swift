@@ -40,6 +40,14 @@ final class Routes: Sendable {
     private let serviceTokens: ServiceTokens?
     private let protocolHandler: SubmitProtocol
     private let state = State()
+    /// Verifies batches off the server threads, a core's worth at a time (first come, first
+    /// served), so many batches at once wait as bodies rather than all being decoded together.
+    private let batches: OperationQueue = {
+        let queue = OperationQueue()
+        queue.name = "ledger-batches"
+        queue.maxConcurrentOperationCount = ProcessInfo.processInfo.activeProcessorCount
+        return queue
+    }()
 
     /// What changes while serving: draining, and whether the last commit reached the store.
     private final class State: @unchecked Sendable {
@@ -116,7 +124,7 @@ final class Routes: Sendable {
         case .submit:
             guard authorizeService(request, responder) else { return }
             // A batch may carry many JWS to verify: do it off the server thread.
-            DispatchQueue.global().async { self.submitBatch(request.body, responder: responder) }
+            batches.addOperation { self.submitBatch(request.body, responder: responder) }
         }
     }
 

@@ -49,7 +49,7 @@ public final class GroupCommitter: @unchecked Sendable {
     private let finished = DispatchSemaphore(value: 0)
 
     /// Starts the writer thread. `onCommit` runs on it after each commit (keep it short).
-    public init(ledger: Ledger, capacity: Int = 8_192, maximumGroup: Int = 2_000, onCommit: (@Sendable (Commit) -> Void)? = nil) {
+    public init(ledger: Ledger, capacity: Int = 8_192, maximumGroup: Int = 1_000, onCommit: (@Sendable (Commit) -> Void)? = nil) {
         self.ledger = ledger
         self.capacity = max(1, capacity)
         self.maximumGroup = max(1, maximumGroup)
