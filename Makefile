@@ -4,7 +4,7 @@ SWIFT ?= swift
 .PHONY: deps build demo test bench bench-history bench-submit format lint fuzz soak coverage
 
 deps:
-	@{ pkg-config --exists lmdb libcrypto libmicrohttpd && command -v curl; } >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev libmicrohttpd-dev pkg-config curl; }
+	@{ pkg-config --exists lmdb libcrypto libmicrohttpd libpq && command -v curl && test -x "$$(pg_config --bindir)/initdb"; } >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev libmicrohttpd-dev libpq-dev postgresql pkg-config curl; }
 
 build: deps
 	$(SWIFT) build -c release
@@ -12,9 +12,13 @@ build: deps
 demo: build
 	.build/release/ledger demo
 
+# The whole suite on the embedded store, then the behavioural suites again on PostgreSQL (a throwaway
+# cluster per test process; docs/testing.md), so the two engines cannot drift.
+PG_SUITES = ContractScenarioTests|ForensicsTests|SupportTransferTests|IdempotencyTests|DecisionRuleTests|PropertyTests|GroupCommitterTests|AuthenticatedCallerTests
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+	LEDGER_TEST_STORE=postgres $(SWIFT) test --skip-build --filter '$(PG_SUITES)'
 
 # The history benchmark (docs/benchmarks.md): LINES lines of the realistic workload
 # ../shared/tools/gen_history.py (generated once into .build/bench), decided into a fresh store.

@@ -14,11 +14,12 @@ let package = Package(
             name: "COpenSSL", path: "Sources/COpenSSL", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(
             name: "CMicroHTTPD", path: "Sources/CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(name: "CPostgres", path: "Sources/CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .target(name: "LedgerCore"),
         .target(name: "StrictJSON"),
         .target(name: "Projections", dependencies: ["LedgerCore"], path: "Projections"),
         .target(name: "LedgerCrypto", dependencies: ["LedgerCore", "COpenSSL"]),
-        .target(name: "LedgerStore", dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "CLMDB"]),
+        .target(name: "LedgerStore", dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "CLMDB", "CPostgres"]),
         .target(name: "AppleSignedData", dependencies: ["LedgerCore", "LedgerCrypto", "COpenSSL", "StrictJSON"]),
         .target(name: "AppStoreServerAPI", dependencies: ["LedgerCrypto", "AppleSignedData"]),
         .target(
@@ -48,6 +49,7 @@ let package = Package(
             dependencies: ["LedgerService", "FirebaseAuth", "OwnershipLedger", "AppleSignedData", "LedgerCrypto", "LedgerTestSupport"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "LedgerTestSupport"], exclude: ["TLS"]),
         .testTarget(name: "OwnershipLedgerTests", dependencies: ["OwnershipLedger", "LedgerTestSupport"]),
+        .testTarget(name: "PostgresStoreTests", dependencies: ["OwnershipLedger", "LedgerStore", "LedgerCore", "LedgerTestSupport"]),
         .testTarget(
             name: "AppStoreServerAPITests",
             dependencies: ["AppStoreServerAPI", "OwnershipLedger", "HTTPServer", "LedgerCrypto", "AppleSignedData", "LedgerTestSupport"]),

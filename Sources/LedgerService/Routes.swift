@@ -278,7 +278,7 @@ final class Routes: Sendable {
         } catch {
             return unavailable("the store cannot be read: \(error)", code: "store-unreadable")
         }
-        guard access(ledger.store.directory.path, W_OK) == 0 else {
+        if case .directory(let directory) = ledger.store.location, access(directory.path, W_OK) != 0 {
             return unavailable("the store directory is not writable", code: "store-read-only")
         }
         if let failure = state.failure { return unavailable("the last commit failed: \(failure)", code: "store-failing") }

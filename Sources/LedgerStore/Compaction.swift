@@ -150,7 +150,7 @@ extension LedgerStore {
     /// compacted copy; the environment is closed when this returns.
     private static func copyCompacted(directory: URL, lock: StoreLock, to temporary: URL) throws {
         let store = try LedgerStore(opening: directory, lock: lock)
-        try lmdb(mdb_env_copy2(store.engine.environment.handle, temporary.path, UInt32(MDB_CP_COMPACT)), "mdb_env_copy2(\(temporary.path))")
+        try lmdb(mdb_env_copy2(try store.lmdbEngine.environment.handle, temporary.path, UInt32(MDB_CP_COMPACT)), "mdb_env_copy2(\(temporary.path))")
     }
 
     /// Removes the temporary copy of an earlier compaction (only the files LMDB writes there).

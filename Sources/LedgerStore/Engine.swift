@@ -166,6 +166,9 @@ public protocol EngineReader {
     func pseudonyms(vaultKeys: [Key128]) throws -> [Key128: AccountID]
     /// The sealed UID of a live account.
     func sealedUID(of account: AccountID) throws -> [UInt8]?
+    /// Visits every vault entry (vault key, pseudonym, sealed UID) in vault-key order until `body`
+    /// returns false (`migrate` copies the vault: it cannot be derived from the log).
+    func forEachIdentity(_ body: (Key128, AccountID, [UInt8]) throws -> Bool) throws
 
     /// A stored Merkle node (levels from `MerkleLog.storedLevel` up).
     func merkleNode(level: UInt8, index: UInt64) throws -> Digest32?

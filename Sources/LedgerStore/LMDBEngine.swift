@@ -459,6 +459,19 @@ struct LMDBAccess: EngineReader, EngineWriter {
         try KeyBuffer(Self.sealedPrefix, account.key).with { k in try txn.get(db.identities, k).map(Array.init) }
     }
 
+    func forEachIdentity(_ body: (Key128, AccountID, [UInt8]) throws -> Bool) throws {
+        let cursor = try txn.cursor(db.identities)
+        defer { cursor.close() }
+        var entry = try [Self.vaultPrefix].withUnsafeBytes { try cursor.get(MDB_SET_RANGE, key: $0) }
+        while let (key, value) = entry, key.first == Self.vaultPrefix {
+            guard key.count == 17, value.count == 16 else { throw corrupt("an identity entry of \(key.count) and \(value.count) bytes") }
+            let account = AccountID(Key128(loading: value, at: 0))
+            guard let sealed = try sealedUID(of: account) else { throw corrupt("pseudonym \(account) has no sealed UID") }
+            guard try body(Key128(loading: key, at: 1), account, sealed) else { return }
+            entry = try cursor.get(MDB_NEXT)
+        }
+    }
+
     func merkleNode(level: UInt8, index: UInt64) throws -> Digest32? {
         var key = KeyBuffer()
         key.append(level)
@@ -521,6 +534,11 @@ struct LMDBAccess: EngineReader, EngineWriter {
             cases.transfers = [caseId: transfer]
             try putReadModels(Array(ReadModel.entries(of: cases).map { ($0.key, $0.value) }))
         }
+        // Erasures before insertions: a UID deleted and then used again in one group keeps its new mapping.
+        for erasure in batch.vaultErasures {
+            try KeyBuffer(Self.vaultPrefix, erasure.vaultKey).with { k in try txn.delete(db.identities, k) }
+            try KeyBuffer(Self.sealedPrefix, erasure.account.key).with { k in try txn.delete(db.identities, k) }
+        }
         for insert in batch.vaultInserts {
             try KeyBuffer(Self.vaultPrefix, insert.vaultKey).with { k in
                 try insert.account.key.withBytes { v in try txn.put(db.identities, k, v) }
@@ -528,10 +546,6 @@ struct LMDBAccess: EngineReader, EngineWriter {
             try KeyBuffer(Self.sealedPrefix, insert.account.key).with { k in
                 try insert.sealedUID.withUnsafeBytes { v in try txn.put(db.identities, k, v) }
             }
-        }
-        for erasure in batch.vaultErasures {
-            try KeyBuffer(Self.vaultPrefix, erasure.vaultKey).with { k in try txn.delete(db.identities, k) }
-            try KeyBuffer(Self.sealedPrefix, erasure.account.key).with { k in try txn.delete(db.identities, k) }
         }
         for (key, value) in batch.meta { try putMeta(Array(key.rawValue.utf8), value) }
     }
@@ -580,4 +594,14 @@ func u64Bytes(_ value: UInt64) -> [UInt8] {
     var w = ByteWriter()
     w.u64(value)
     return w.output
+}
+
+extension LedgerStore {
+    /// The LMDB engine of a store directory (`compact` and tests reach below the engine interface).
+    var lmdbEngine: LMDBEngine {
+        get throws {
+            guard let engine = engine as? LMDBEngine else { throw LedgerStoreError.corrupt("\(location) is not an LMDB store") }
+            return engine
+        }
+    }
 }

@@ -4,7 +4,7 @@ public import LedgerCore
 public import LedgerCrypto
 public import Projections
 
-/// A ledger's store: the engine (LMDB in `data.mdb`) with the key files beside it, and what every
+/// A ledger's store: the engine (LMDB in `data.mdb`, or PostgreSQL) with the key files, and what every
 /// engine shares above it: record encoding and hashing (``LogAppender``), the Merkle tree
 /// (``MerkleLog``), sealing identities, verification and repair. Safe to share between threads
 /// (reads run in parallel, writes are serialised by the engine) and between processes.
@@ -15,11 +15,13 @@ public final class LedgerStore: @unchecked Sendable {
     /// Suffix of the key files `create` writes before renaming them into place.
     static let partialSuffix = ".partial"
 
+    /// The directory of the key files (and of `data.mdb` for an LMDB store).
     public let directory: URL
+    public let location: StoreLocation
     public let keys: LedgerKeys
-    public let engine: LMDBEngine
-    /// `ledger.lock`, held shared while the store is open (exclusive during `create` and `compact`).
-    let lock: StoreLock
+    public let engine: any LedgerEngine
+    /// `ledger.lock` of an LMDB store, held shared while the store is open (exclusive during `create` and `compact`).
+    let lock: StoreLock?
 
     /// Key material for ``create(at:configuration:keyFiles:)``: the contents of
     /// `ledger.key` and `ledger-signing.key` to keep (an upgrade keeps the old store's keys); without
@@ -77,10 +79,7 @@ public final class LedgerStore: @unchecked Sendable {
         let store = LedgerStore(directory: directory, keys: keys, lock: lock, engine: engine)
         try engine.write { _, writer in
             var batch = EngineBatch()
-            batch.meta = [
-                (.formatVersion, u32Bytes(formatVersion)), (.readModelVersion, u32Bytes(StateProjection.version)),
-                (.configuration, configuration), (.keyCheck, keys.checkValue), (.signingKey, try SigningKey.fingerprint(signingKey.publicKey)),
-            ]
+            batch.meta = try initialMetadata(keys: keys, signingKey: signingKey, configuration: configuration)
             batch.head = LogHead()
             try writer.apply(batch)
         }
@@ -92,6 +91,14 @@ public final class LedgerStore: @unchecked Sendable {
         try syncFile(directory)
         try lock.downgrade(directory: directory)
         return store
+    }
+
+    /// The metadata a new store starts with.
+    static func initialMetadata(keys: LedgerKeys, signingKey: Ed25519PrivateKey, configuration: [UInt8]) throws -> [(MetaKey, [UInt8])] {
+        [
+            (.formatVersion, u32Bytes(formatVersion)), (.readModelVersion, u32Bytes(StateProjection.version)),
+            (.configuration, configuration), (.keyCheck, keys.checkValue), (.signingKey, try SigningKey.fingerprint(signingKey.publicKey)),
+        ]
     }
 
     /// Writes `data` to a new file at `url`, mode 0600, synced.
@@ -197,14 +204,20 @@ public final class LedgerStore: @unchecked Sendable {
             throw FileAccess.deniedEnvironment(in: directory, code: error.code)
         }
         self.init(directory: directory, keys: keys, lock: lock, engine: engine)
+        try checkOpened()
+    }
+
+    /// Checks an opened store's metadata (format, key) and rebuilds read models persisted by another
+    /// projection version.
+    func checkOpened() throws {
         let (format, modelVersion, keyCheck) = try engine.read { reader in
             (try reader.meta(.formatVersion).flatMap(u32), try reader.meta(.readModelVersion).flatMap(u32), try reader.meta(.keyCheck))
         }
         guard let format else {
-            throw LedgerStoreError.incompleteInit(directory: directory.path, detail: Self.noMetadata)
+            throw LedgerStoreError.incompleteInit(directory: location.description, detail: Self.noMetadata)
         }
         guard format == Self.formatVersion else {
-            if format < Self.formatVersion { throw LedgerStoreError.formatOne(directory: directory.path) }
+            if format < Self.formatVersion { throw LedgerStoreError.formatOne(directory: location.description) }
             throw LedgerStoreError.newerFormat(found: format, supported: Self.formatVersion)
         }
         guard keyCheck == keys.checkValue else {
@@ -215,8 +228,9 @@ public final class LedgerStore: @unchecked Sendable {
         }
     }
 
-    init(directory: URL, keys: LedgerKeys, lock: StoreLock, engine: LMDBEngine) {
+    init(directory: URL, keys: LedgerKeys, lock: StoreLock?, engine: any LedgerEngine, location: StoreLocation? = nil) {
         self.directory = directory
+        self.location = location ?? .directory(directory)
         self.keys = keys
         self.lock = lock
         self.engine = engine

@@ -24,6 +24,11 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
     /// The store was written in storage format 1: it must be upgraded (`ledger upgrade`).
     case formatOne(directory: String)
     case corrupt(String)
+    /// The database server of a PostgreSQL store cannot be reached (or was lost and not regained
+    /// within the reconnection window): nothing was written; retry later.
+    case unavailable(store: String, detail: String)
+    /// The database server refused a statement (permissions, a full disk, a changed schema).
+    case database(store: String, detail: String)
     /// A file or directory could not be used: `errno` says why (`EACCES`/`EPERM`: this user may not).
     /// Built by ``FileAccess/failure(_:_:_:)``, which names the directory that blocks the way when there is one.
     case fileAccess(path: String, operation: String, errno: Int32)
@@ -40,6 +45,8 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
         case .storeInUse, .storeBusy: "store-in-use"
         case .formatOne: "old-format"
         case .corrupt: "corrupt"
+        case .unavailable: "unavailable"
+        case .database: "database"
         case .fileAccess(_, _, let code): code == EACCES || code == EPERM ? "permission-denied" : "file-access"
         }
     }
@@ -74,6 +81,10 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
             "\(directory) holds a ledger in storage format 1, which this ledger no longer opens: run `ledger upgrade --from \(directory) --to NEW_DIRECTORY` (it copies the ledger into format 2 and leaves this store unchanged), then use the new store"
         case .corrupt(let message):
             "the store is corrupt: \(message)"
+        case .unavailable(let store, let detail):
+            "the database \(store) cannot be reached (\(detail)): nothing was written; retry when it is back"
+        case .database(let store, let detail):
+            "the database \(store) refused the ledger's statement: \(detail)"
         case .fileAccess(let path, let operation, let code) where code == EACCES || code == EPERM:
             "permission denied (\(FileAccess.name(of: code))): cannot \(operation) \(path) as \(FileAccess.currentUser): "
                 + "run the ledger as a user allowed to, or change the owner or mode of \(path)"

@@ -135,7 +135,26 @@ public struct LogAppender {
         let record = Record(
             sequence: head.sequence + 1, recordedAt: max(recordedAt, head.recordedAt), at: at, command: command, attempt: attempt,
             events: events)
-        let bytes = RecordCodec.encode(record)
+        try link(record, bytes: RecordCodec.encode(record), caseLineage: caseLineage)
+        return record
+    }
+
+    /// Appends a record exactly as stored elsewhere (a copy of another log: `migrate`), as the next
+    /// one. Returns it decoded.
+    @discardableResult
+    public mutating func append(stored bytes: [UInt8], caseLineage: (String) -> LineageKey? = { _ in nil }) throws -> Record {
+        let record: Record
+        do throws(RecordDecodingError) {
+            record = try RecordCodec.decode(bytes, sequence: head.sequence + 1)
+        } catch {
+            throw LedgerStoreError.corrupt("record \(head.sequence + 1): \(error.reason)")
+        }
+        try link(record, bytes: bytes, caseLineage: caseLineage)
+        return record
+    }
+
+    /// Hashes `bytes` into the chain and the Merkle tree and adds them, with their index entries, to the batch.
+    private mutating func link(_ record: Record, bytes: [UInt8], caseLineage: (String) -> LineageKey?) throws {
         let leaf = try hasher.leafHash(bytes)
         var frontier = head.frontier
         var nodes: [IndexEntry] = []
@@ -148,7 +167,6 @@ public struct LogAppender {
         batch.records.append((record.sequence, bytes))
         batch.entries += impliedEntries(of: record, caseLineage: caseLineage) + nodes
         batch.head = head
-        return record
     }
 }
 

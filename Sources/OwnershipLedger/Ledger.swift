@@ -23,9 +23,17 @@ public final class Ledger: @unchecked Sendable {
         at directory: URL, configuration: LedgerConfiguration, administrator: (id: String, publicKey: Ed25519PublicKey)? = nil,
         clock: @escaping @Sendable () -> Timestamp = LedgerTime.now
     ) throws -> Ledger {
+        try initialize(at: .directory(directory), configuration: configuration, administrator: administrator, clock: clock)
+    }
+
+    /// Creates a ledger at `location` (a store directory or a PostgreSQL database), as ``initialize(at:configuration:administrator:clock:)``.
+    public static func initialize(
+        at location: StoreLocation, configuration: LedgerConfiguration, administrator: (id: String, publicKey: Ed25519PublicKey)? = nil,
+        clock: @escaping @Sendable () -> Timestamp = LedgerTime.now
+    ) throws -> Ledger {
         _ = try configuration.verifier()
         let encoded = try JSONEncoder().encode(configuration)
-        let store = try LedgerStore.create(at: directory, configuration: [UInt8](encoded))
+        let store = try LedgerStore.create(at: location, configuration: [UInt8](encoded))
         let ledger = try Ledger(store: store, clock: clock)
         if let administrator { try ledger.enrollFirstAdministrator(administrator.id, publicKey: administrator.publicKey) }
         return ledger
@@ -34,6 +42,11 @@ public final class Ledger: @unchecked Sendable {
     /// Opens the ledger in `directory`.
     public convenience init(opening directory: URL, clock: @escaping @Sendable () -> Timestamp = LedgerTime.now) throws {
         try self.init(store: LedgerStore(opening: directory), clock: clock)
+    }
+
+    /// Opens the ledger at `location` (a store directory or a PostgreSQL database).
+    public convenience init(opening location: StoreLocation, clock: @escaping @Sendable () -> Timestamp = LedgerTime.now) throws {
+        try self.init(store: LedgerStore(opening: location), clock: clock)
     }
 
     /// The ledger over an open store.

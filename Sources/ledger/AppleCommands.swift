@@ -47,7 +47,7 @@ struct AppleCommand: Subcommand {
         default: throw CLIError.usage("give `apple notifications backfill` or `apple history`")
         }
         let command = arguments.positionals.joined(separator: " ")
-        for option in arguments.options.keys where option != "store" && !allowed.contains(option) {
+        for option in arguments.options.keys where !["store", "keys", "read-store"].contains(option) && !allowed.contains(option) {
             throw CLIError.usage("--\(option) is not an option of `apple \(command)`")
         }
         let progress = Progress(console: console)

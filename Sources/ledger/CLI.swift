@@ -119,8 +119,28 @@ struct Arguments {
         return value
     }
 
-    /// The `--store` directory (default `./ledger-data`).
+    /// The `--store` directory (default `./ledger-data`), for the commands that work on a store
+    /// directory only.
     var store: URL { URL(fileURLWithPath: value("store") ?? "ledger-data") }
+
+    /// The store: `--store` (a directory or a PostgreSQL URL), else `LEDGER_STORE`, else
+    /// `./ledger-data`; for PostgreSQL with `--keys` / `LEDGER_KEYS` and `--read-store` /
+    /// `LEDGER_READ_STORE` (docs/scale-out.md).
+    func location() throws -> StoreLocation {
+        do {
+            return try StoreLocation.resolve(store: value("store"), keys: value("keys"), readStore: value("read-store"))
+        } catch {
+            throw CLIError.usage(error.description)
+        }
+    }
+
+    /// The store directory of a command that has no PostgreSQL form; a usage error naming `alternative` otherwise.
+    func storeDirectory(_ command: String, alternative: String) throws -> URL {
+        guard case .directory(let url) = try location() else {
+            throw CLIError.usage("`ledger \(command)` works on a store directory only; for a PostgreSQL store, \(alternative)")
+        }
+        return url
+    }
 
     func time(_ name: String) throws -> Int64? {
         guard let text = value(name) else { return nil }
@@ -159,7 +179,12 @@ extension Subcommand {
     static var positionals: ClosedRange<Int> { 0...0 }
 }
 
-/// Opens the ledger in `--store`, mapping store errors to clear messages.
+/// Opens the ledger the store options name.
 func openLedger(_ arguments: Arguments) throws -> Ledger {
-    try Ledger(opening: arguments.store)
+    try Ledger(opening: arguments.location())
+}
+
+/// Opens the store the store options name.
+func openStore(_ arguments: Arguments) throws -> LedgerStore {
+    try LedgerStore(opening: arguments.location())
 }

@@ -18,10 +18,12 @@ struct CompactCommand: Subcommand {
     static let options: Set<String> = []
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
-        let result = try LedgerStore.compact(at: arguments.store)
+        let directory = try arguments.storeDirectory(
+            "compact", alternative: "space freed by deletions is reclaimed by PostgreSQL's VACUUM (docs/scale-out.md)")
+        let result = try LedgerStore.compact(at: directory)
         console.out(
             JSONLine.render([
-                "store": arguments.store.path, "bytesBefore": result.bytesBefore, "bytesAfter": result.bytesAfter,
+                "store": directory.path, "bytesBefore": result.bytesBefore, "bytesAfter": result.bytesAfter,
             ]))
         return .success
     }

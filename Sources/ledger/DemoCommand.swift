@@ -23,7 +23,7 @@ struct DemoCommand: Subcommand {
     static let marker = ".ledger-demo"
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
-        let directory = arguments.store
+        let directory = try arguments.storeDirectory("demo", alternative: "run the demo in a directory and copy it with `ledger migrate`")
         let fm = FileManager.default
         if fm.fileExists(atPath: directory.appendingPathComponent("data.mdb").path) {
             guard fm.fileExists(atPath: directory.appendingPathComponent(marker).path) else {

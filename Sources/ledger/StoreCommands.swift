@@ -53,11 +53,13 @@ struct InitCommand: Subcommand {
         } else if arguments.value("admin-public-key") != nil {
             throw CLIError.usage("--admin-public-key needs --admin ID")
         }
-        try prepareDirectory(arguments.store, option: arguments.value("store") == nil ? "the default store" : "--store")
-        let ledger = try Ledger.initialize(at: arguments.store, configuration: configuration, administrator: administrator)
+        let location = try arguments.location()
+        let option = if case .postgres = location { "--keys" } else { arguments.value("store") == nil ? "the default store" : "--store" }
+        try prepareDirectory(location.keyDirectory, option: option)
+        let ledger = try Ledger.initialize(at: location, configuration: configuration, administrator: administrator)
         console.out(
             JSONLine.render([
-                "store": ledger.store.directory.path, "keyFile": ledger.store.directory.appendingPathComponent(LedgerKeys.fileName).path,
+                "store": location.description, "keyFile": ledger.store.directory.appendingPathComponent(LedgerKeys.fileName).path,
                 "bundleId": bundleId, "environment": environment.rawValue,
                 "trustedRoots": roots.isEmpty ? ["Apple Root CA - G3"] : arguments.values("root-certificate"),
                 "administrator": administrator?.id ?? NSNull(),
@@ -111,7 +113,7 @@ struct LogCommand: Subcommand {
     static let options: Set<String> = ["from", "limit"]
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
-        let store = try LedgerStore(opening: arguments.store)
+        let store = try openStore(arguments)
         let from = UInt64(try arguments.integer("from") ?? 1)
         let limit = try arguments.integer("limit") ?? .max
         var printed = 0
@@ -148,7 +150,7 @@ struct VerifyCommand: Subcommand {
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         // One LMDB environment per process: with --checkpoint the ledger's own store is used.
         let ledger = arguments.value("checkpoint") == nil ? nil : try openLedger(arguments)
-        let store = try ledger?.store ?? LedgerStore(opening: arguments.store)
+        let store = try ledger?.store ?? openStore(arguments)
         let checkpoint = try ledger.flatMap { try CheckpointVerification.run($0, arguments: arguments) }
         let report = try store.replay(progress: Progress.reporter(console: console, label: "verify"))
         var object: JSONObject = [
@@ -189,7 +191,7 @@ struct RebuildCommand: Subcommand {
     static let flags: Set<String> = ["check"]
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
-        let store = try LedgerStore(opening: arguments.store)
+        let store = try openStore(arguments)
         let report = try store.rebuildReadModels(
             repair: !arguments.flags.contains("check"), progress: Progress.reporter(console: console, label: "rebuild"))
         var object: JSONObject = [
@@ -210,22 +212,26 @@ struct StatsCommand: Subcommand {
     static let usage = """
         Usage: ledger stats [--store DIR]
 
-        Prints record count, head sequence and hash, per-database entries and bytes, map and file sizes.
+        Prints record count, head sequence and hash, per-database entries and bytes, and the size of
+        data.mdb (dataFileBytes) or, for PostgreSQL, of the ledger's tables with their indexes (databaseBytes).
         """
     static let options: Set<String> = []
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
-        let store = try LedgerStore(opening: arguments.store)
+        let store = try openStore(arguments)
         let (head, databases) = try store.read { reader in (try reader.head(), try reader.statistics()) }
-        let dataFile = store.directory.appendingPathComponent("data.mdb").path
-        let fileSize = try FileAccess.size(dataFile)
-        console.out(
-            JSONLine.render([
-                "records": head.sequence, "headSeq": head.sequence, "headHash": head.chainHash.hex,
-                "headRecordedAt": head.sequence == 0 ? NSNull() : LedgerTime.format(head.recordedAt),
-                "formatVersion": Int(LedgerStore.formatVersion), "dataFileBytes": fileSize,
-                "databases": Dictionary(uniqueKeysWithValues: databases.map { ($0.name, ["entries": $0.entries, "bytes": $0.bytes]) }),
-            ]))
+        var object: JSONObject = [
+            "records": head.sequence, "headSeq": head.sequence, "headHash": head.chainHash.hex,
+            "headRecordedAt": head.sequence == 0 ? NSNull() : LedgerTime.format(head.recordedAt),
+            "formatVersion": Int(LedgerStore.formatVersion),
+            "databases": Dictionary(uniqueKeysWithValues: databases.map { ($0.name, ["entries": $0.entries, "bytes": $0.bytes]) }),
+        ]
+        if case .directory(let directory) = store.location {
+            object["dataFileBytes"] = try FileAccess.size(directory.appendingPathComponent("data.mdb").path)
+        } else {
+            object["databaseBytes"] = databases.reduce(0) { $0 + $1.bytes }
+        }
+        console.out(JSONLine.render(object))
         return .success
     }
 }

@@ -7,13 +7,14 @@ let commands: [any Subcommand.Type] = [
     InitCommand.self, SubmitCommand.self, BindingCommand.self, AccountCommand.self, LogCommand.self, VerifyCommand.self,
     RebuildCommand.self, StatsCommand.self, InspectJWSCommand.self, BenchCommand.self, DemoCommand.self,
     ReplayCommand.self, ExplainCommand.self, CheckpointCommand.self, SigningKeyCommand.self, DisputeCommand.self,
-    SupportCommand.self, AuditCommand.self, CompactCommand.self, UpgradeCommand.self, ServeCommand.self, AppleCommand.self,
+    SupportCommand.self, AuditCommand.self, CompactCommand.self, UpgradeCommand.self, ServeCommand.self, AppleCommand.self, MigrateCommand.self,
 ]
 
 @MainActor func overview() -> String {
     var lines = [
         "ledger: decide and prove which app account owns an App Store subscription.", "",
-        "Usage: ledger COMMAND [OPTIONS]   (every command takes --store DIR, default ./ledger-data)", "", "Commands:",
+        "Usage: ledger COMMAND [OPTIONS]   (every command takes --store DIR, default ./ledger-data,",
+        "                                  or --store postgres://… --keys DIR; docs/scale-out.md)", "", "Commands:",
     ]
     for command in commands { lines.append("  " + command.name.padding(toLength: 12, withPad: " ", startingAt: 0) + command.abstract) }
     lines += [
@@ -40,7 +41,7 @@ if argv.contains("--help") || argv.contains("-h") {
 }
 do {
     let arguments = try Arguments(
-        argv, options: command.options.union(["store"]), flags: command.flags, repeatable: command.repeatable,
+        argv, options: command.options.union(["store", "keys", "read-store"]), flags: command.flags, repeatable: command.repeatable,
         positionals: command.positionals)
     exit(try command.run(arguments, console: console).rawValue)
 } catch let error as CLIError {

@@ -30,7 +30,7 @@ import Testing
     }
 
     func damage(_ ledger: Ledger, removing removed: [IndexEntry] = [], adding added: [IndexEntry] = []) throws {
-        try ledger.store.engine.withWriteAccess { access in
+        try ledger.store.lmdbEngine.withWriteAccess { access in
             try access.remove(removed)
             var batch = EngineBatch()
             batch.entries = added
@@ -170,7 +170,7 @@ import Testing
     @Test func aMalformedEntryIsReportedAndRemoved() throws {
         let (ledger, directory) = try populatedLedger()
         defer { directory.remove() }
-        try ledger.store.engine.withWriteAccess { access in
+        try ledger.store.lmdbEngine.withWriteAccess { access in
             _ = try [UInt8]([1, 2, 3]).withUnsafeBytes { key in try [UInt8]([4]).withUnsafeBytes { try access.txn.put(access.db.lineages, key, $0) } }
         }
         let damaged = try ledger.store.replay()
@@ -183,7 +183,7 @@ import Testing
     @Test func entriesBeyondABrokenChainAreNotJudged() throws {
         let (ledger, directory) = try populatedLedger()
         defer { directory.remove() }
-        try ledger.store.engine.withWriteAccess { access in _ = try KeyBuffer(UInt64(3)).with { try access.txn.delete(access.db.log, $0) } }
+        try ledger.store.lmdbEngine.withWriteAccess { access in _ = try KeyBuffer(UInt64(3)).with { try access.txn.delete(access.db.log, $0) } }
         let report = try ledger.store.replay()
         #expect(report.chainFault?.sequence == 3)
         #expect(report.verifiedRecords == 2)
@@ -233,7 +233,7 @@ import Testing
         let lineage = try ledger.lineage(originalTransactionId: "77")
         #expect(try ledger.replayLineage(originalTransactionId: "77").isEmpty == false)
         let record = try #require(try ledger.store.records(from: 2, limit: 1).first)
-        try ledger.store.engine.withWriteAccess { try $0.remove([.lineage(lineage, sequence: 2, command: record.command)]) }
+        try ledger.store.lmdbEngine.withWriteAccess { try $0.remove([.lineage(lineage, sequence: 2, command: record.command)]) }
         #expect(throws: LedgerStoreError.self) { try ledger.replayLineage(originalTransactionId: "77") }
         let store = directory.path("store").path
         let export = try LedgerBinary.run([

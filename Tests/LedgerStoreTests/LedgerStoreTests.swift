@@ -101,10 +101,10 @@ import Testing
     @Test func theMapGrowsWhenItFills() throws {
         let store = try LedgerStore.create(at: directory.path("store"), configuration: [], keyFiles: nil, initialMapSize: 1 << 20)
         defer { directory.remove() }
-        let before = store.engine.environment.mapSize
+        let before = try store.lmdbEngine.environment.mapSize
         let big = String(repeating: "x", count: 20_000)
         for batch in 0..<20 { try Self.append(store, (batch * 50)..<(batch * 50 + 50), product: { "\($0)" + big }) }
-        #expect(store.engine.environment.mapSize > before)
+        #expect(try store.lmdbEngine.environment.mapSize > before)
         #expect(try store.head().sequence == 1_000)
         #expect(try store.replay().chainFault == nil)
     }
@@ -155,7 +155,7 @@ import Testing
     @Test func aStoreOfANewerFormatIsRefused() throws {
         let store = try newStore()
         defer { directory.remove() }
-        try store.engine.withWriteAccess { access in
+        try store.lmdbEngine.withWriteAccess { access in
             var batch = EngineBatch()
             batch.meta = [(.formatVersion, u32Bytes(99))]
             try access.apply(batch)
@@ -234,7 +234,7 @@ import Testing
         _ = try ledger.submit(.transaction(.purchase, uid: "alice", try Fixtures.payload(Fixtures.transaction("1", at: t)), .trustedDecoded), at: t)
         let lineage = try ledger.lineage(originalTransactionId: "1")
         // Rewrite the lineage's persisted state as unbound, behind the ledger's back.
-        try ledger.store.engine.withWriteAccess { try $0.putReadModels([(ReadModel.lineageKey(lineage), [0])]) }
+        try ledger.store.lmdbEngine.withWriteAccess { try $0.putReadModels([(ReadModel.lineageKey(lineage), [0])]) }
         let damaged = try ledger.store.replay()
         #expect(damaged.chainFault == nil)
         #expect(damaged.readModelDifferences == ["lineage \(lineage): persisted and replayed values differ"])

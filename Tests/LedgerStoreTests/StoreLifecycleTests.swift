@@ -20,7 +20,7 @@ import Testing
 
     /// As a store created before signing keys existed: nothing recorded.
     func forgetSigningKey(_ store: LedgerStore) throws {
-        try store.engine.withWriteAccess { access in
+        try store.lmdbEngine.withWriteAccess { access in
             _ = try Array(MetaKey.signingKey.rawValue.utf8).withUnsafeBytes { try access.txn.delete(access.db.meta, $0) }
         }
     }

@@ -19,7 +19,8 @@ public struct StaffedLedger {
         adam = try Ed25519PrivateKey.generate()
         directory = TemporaryDirectory(label)
         ledger = try Ledger.initialize(
-            at: directory.path("store"), configuration: Fixtures.configuration, administrator: (id: "root", publicKey: root.publicKey),
+            at: TestStore.current.location(in: directory), configuration: Fixtures.configuration,
+            administrator: (id: "root", publicKey: root.publicKey),
             clock: clock)
         submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
         try enroll("olivia", roles: .operator_, key: olivia)

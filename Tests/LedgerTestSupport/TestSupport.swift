@@ -34,12 +34,13 @@ public enum Fixtures {
     public static let recordedAt: Int64 = start - 30 * day
     public static let clock: @Sendable () -> Int64 = { recordedAt }
 
-    /// A new ledger in a temporary directory.
+    /// A new ledger in a temporary directory (on the store ``TestStore/current`` names: its key
+    /// files in the directory's `store`).
     public static func ledger(_ configuration: LedgerConfiguration = configuration, clock: @escaping @Sendable () -> Int64 = clock) throws
         -> (Ledger, TemporaryDirectory)
     {
         let directory = TemporaryDirectory()
-        let ledger = try Ledger.initialize(at: directory.path("store"), configuration: configuration, clock: clock)
+        let ledger = try Ledger.initialize(at: TestStore.current.location(in: directory), configuration: configuration, clock: clock)
         return (ledger, directory)
     }
 

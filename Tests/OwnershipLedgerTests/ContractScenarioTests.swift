@@ -137,9 +137,9 @@ import Testing
         #expect(try ledger.account(uid: "dave", at: t + 31 * day).entitlements.isEmpty)
         // The same UID coming back is a new, unlinked account with nothing.
         #expect(try ledger.account(uid: uid).known == false)
-        // No UID is left anywhere in the store's files.
-        #expect(!Fixtures.anyFile(in: directory.url, contains: uid))
-        #expect(!Fixtures.anyFile(in: directory.url, contains: "3001"))
+        // No UID is left anywhere in the store (its files, or every table of its database).
+        #expect(try !Fixtures.storeContains(ledger, uid))
+        #expect(try !Fixtures.storeContains(ledger, "3001"))
         try expectIntact()
     }
 

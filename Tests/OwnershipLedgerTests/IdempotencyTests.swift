@@ -58,6 +58,18 @@ import Testing
         #expect(try ledger.store.replay().isIntact)
     }
 
+    @Test func aUIDDeletedAndUsedAgainInOneWriteGroupKeepsItsNewAccount() throws {
+        defer { directory.remove() }
+        send(["type": "purchase", "account": "zed", "transaction": Fixtures.transaction("9000", at: t), "at": t])
+        let purchase = Ledger.Submission.transaction(
+            .purchase, uid: "zed", try Fixtures.payload(Fixtures.transaction("8000", at: t + 2 * day)), .trustedDecoded)
+        let decided = try ledger.submit(groups: [([.deleteAccount(uid: "zed")], t + day), ([purchase], t + 2 * day)])
+        #expect(decided[1].first?.outcome == .granted)
+        #expect(try ledger.account(uid: "zed").known == true)
+        #expect(try ledger.binding(originalTransactionId: "8000").uid == "zed")
+        #expect(try ledger.store.replay().isIntact)
+    }
+
     @Test func theSameNotificationUUIDWithDifferentContentIsAConflict() throws {
         defer { directory.remove() }
         send(["type": "purchase", "account": "ann", "transaction": Fixtures.transaction("6000", at: t), "at": t])

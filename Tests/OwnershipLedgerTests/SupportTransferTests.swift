@@ -347,7 +347,7 @@ import Testing
             #expect(["valid", "unsigned-first-administrator"].contains(record.signature ?? ""), "\(record.entry)")
         }
         #expect(trail.filter { $0.signature == "valid" }.count == 5)  // 3 enrolments, request, approval
-        let reopened = try Ledger(opening: directory.path("store"))
+        let reopened = try Ledger(opening: ledger.store.location)
         #expect(try reopened.audit().map(\.entry) == trail.map(\.entry))
         #expect(try reopened.audit().map(\.signature) == trail.map(\.signature))
         let byCase = try ledger.audit(caseId: "C-1")

@@ -1,0 +1,279 @@
+import CPostgres
+import Foundation
+
+/// A libpq call that failed: the server's or libpq's message, the SQLSTATE when the server sent one,
+/// and whether the connection is gone (the caller reconnects; the transaction did not commit unless
+/// the failure came while waiting for the answer to `COMMIT`).
+struct PostgresError: Error, CustomStringConvertible, Sendable {
+    var message: String
+    var sqlState: String?
+    var connectionLost: Bool
+
+    var description: String { sqlState.map { "\(message) (SQLSTATE \($0))" } ?? message }
+
+    /// SQLSTATE classes that mean the session is over: connection exceptions (08), and the
+    /// server shutting down or starting (57P01–57P03).
+    static func isConnectionState(_ state: String?) -> Bool {
+        guard let state else { return false }
+        return state.hasPrefix("08") || ["57P01", "57P02", "57P03"].contains(state)
+    }
+}
+
+/// A value sent to the server as a binary parameter.
+enum PostgresValue {
+    case int16(Int16)
+    case int64(Int64)
+    case bytes([UInt8])
+    case text(String)
+    case int16Array([Int16])
+    case int64Array([Int64])
+    case bytesArray([[UInt8]])
+    case textArray([String])
+
+    /// The parameter's type (`pg_type` oids).
+    var oid: Oid {
+        switch self {
+        case .int16: 21
+        case .int64: 20
+        case .bytes: 17
+        case .text: 25
+        case .int16Array: 1005
+        case .int64Array: 1016
+        case .bytesArray: 1001
+        case .textArray: 1009
+        }
+    }
+
+    /// The binary wire form (network byte order; arrays as `array_send` writes them).
+    var encoded: [UInt8] {
+        switch self {
+        case .int16(let value): return Self.bigEndian(UInt16(bitPattern: value))
+        case .int64(let value): return Self.bigEndian(UInt64(bitPattern: value))
+        case .bytes(let bytes): return bytes
+        case .text(let text): return Array(text.utf8)
+        case .int16Array(let values): return Self.array(of: 21, values.map { Self.bigEndian(UInt16(bitPattern: $0)) })
+        case .int64Array(let values): return Self.array(of: 20, values.map { Self.bigEndian(UInt64(bitPattern: $0)) })
+        case .bytesArray(let values): return Self.array(of: 17, values)
+        case .textArray(let values): return Self.array(of: 25, values.map { Array($0.utf8) })
+        }
+    }
+
+    static func bigEndian<T: FixedWidthInteger>(_ value: T) -> [UInt8] { withUnsafeBytes(of: value.bigEndian, Array.init) }
+
+    /// A one-dimensional array without NULLs: dimensions, flags, element type, length and lower
+    /// bound, then each element's length and bytes.
+    static func array(of element: Oid, _ elements: [[UInt8]]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(20 + elements.reduce(0) { $0 + 4 + $1.count })
+        out += bigEndian(Int32(elements.isEmpty ? 0 : 1)) + bigEndian(Int32(0)) + bigEndian(UInt32(element))
+        guard !elements.isEmpty else { return out }
+        out += bigEndian(Int32(elements.count)) + bigEndian(Int32(1))
+        for element in elements {
+            out += bigEndian(Int32(element.count))
+            out += element
+        }
+        return out
+    }
+}
+
+/// One statement: SQL with `$n` placeholders and its parameters.
+struct PostgresStatement {
+    var sql: String
+    var parameters: [PostgresValue]
+
+    init(_ sql: String, _ parameters: [PostgresValue] = []) {
+        self.sql = sql
+        self.parameters = parameters
+    }
+}
+
+/// A statement's rows, every column in binary form.
+final class PostgresRows {
+    private let result: OpaquePointer?
+
+    init(_ result: OpaquePointer?) { self.result = result }
+    deinit { PQclear(result) }
+
+    var count: Int { Int(PQntuples(result)) }
+    var columns: Int { Int(PQnfields(result)) }
+
+    /// The bytes of a column (nil for NULL), valid while the rows live.
+    func value(_ row: Int, _ column: Int) -> UnsafeRawBufferPointer? {
+        guard row < count, column < columns, PQgetisnull(result, Int32(row), Int32(column)) == 0 else { return nil }
+        return UnsafeRawBufferPointer(
+            start: PQgetvalue(result, Int32(row), Int32(column)), count: Int(PQgetlength(result, Int32(row), Int32(column))))
+    }
+
+    /// A column's bytes, copied (nil for NULL).
+    func bytes(_ row: Int, _ column: Int) -> [UInt8]? { value(row, column).map(Array.init) }
+
+    /// Every column of a row, copied.
+    func row(_ row: Int) -> [[UInt8]?] { (0..<columns).map { value(row, $0).map(Array.init) } }
+}
+
+/// One libpq connection, used by one thread at a time. Every statement is sent with binary
+/// parameters and answered in binary (extended protocol), so no value is ever spliced into SQL.
+final class PostgresConnection {
+    private let handle: OpaquePointer
+    /// The connection string's password, scrubbed from any message libpq builds.
+    private let secret: String?
+
+    /// Connects with `url` (a `postgres://` URL, given to libpq as it is). Throws a
+    /// ``PostgresError`` with `connectionLost` set when the server cannot be reached.
+    init(url: PostgresURL) throws {
+        // The URL is expanded as libpq's `dbname`; sessions show up as `ledger` in pg_stat_activity
+        // unless the URL names its own application_name.
+        let keywords = ["dbname", "fallback_application_name"]
+        let values = [url.connectionString, "ledger"]
+        let connection = keywords.withCStrings { k in values.withCStrings { v in PQconnectdbParams(k, v, 1) } }
+        guard let connection else {
+            throw PostgresError(message: "libpq could not allocate a connection", sqlState: nil, connectionLost: true)
+        }
+        handle = connection
+        secret = url.password
+        guard PQstatus(connection) == CONNECTION_OK else {
+            // deinit closes the connection (the object is initialised).
+            let message = Self.scrub(String(cString: PQerrorMessage(connection)), secret: url.password)
+            throw PostgresError(message: message, sqlState: nil, connectionLost: true)
+        }
+        // Errors come back as exceptions; notices (e.g. "relation already exists, skipping") are dropped.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
+    }
+
+    deinit { PQfinish(handle) }
+
+    /// Whether the session still looks usable (libpq has not seen it break).
+    var isHealthy: Bool { PQstatus(handle) == CONNECTION_OK }
+
+    /// Whether a transaction block is open (or aborted) on the server.
+    var inTransaction: Bool {
+        let status = PQtransactionStatus(handle)
+        return status == PQTRANS_INTRANS || status == PQTRANS_INERROR || status == PQTRANS_ACTIVE
+    }
+
+    /// Runs one statement and returns its rows.
+    @discardableResult
+    func query(_ sql: String, _ parameters: [PostgresValue] = []) throws -> PostgresRows {
+        try query(PostgresStatement(sql, parameters))
+    }
+
+    @discardableResult
+    func query(_ statement: PostgresStatement) throws -> PostgresRows {
+        let result = try withParameters(statement.parameters) { types, values, lengths, formats in
+            PQexecParams(handle, statement.sql, Int32(statement.parameters.count), types, values, lengths, formats, 1)
+        }
+        return try check(result)
+    }
+
+    /// Sends every statement at once (libpq's pipeline mode: one round trip) and returns each one's
+    /// rows. When one fails, the ones after it are not run, and its error is thrown.
+    @discardableResult
+    func pipeline(_ statements: [PostgresStatement]) throws -> [PostgresRows] {
+        guard PQenterPipelineMode(handle) == 1 else { throw failure(nil) }
+        var sent = 0
+        var sendError: PostgresError?
+        for statement in statements {
+            let ok = withParameters(statement.parameters) { types, values, lengths, formats in
+                PQsendQueryParams(handle, statement.sql, Int32(statement.parameters.count), types, values, lengths, formats, 1)
+            }
+            guard ok == 1 else {
+                sendError = failure(nil)
+                break
+            }
+            sent += 1
+        }
+        if PQpipelineSync(handle) != 1, sendError == nil { sendError = failure(nil) }
+        // Read what was sent, through the sync, so the connection is usable again.
+        var rows: [PostgresRows] = []
+        var firstError: PostgresError?
+        for _ in 0..<sent {
+            guard let result = PQgetResult(handle) else {
+                firstError = firstError ?? failure(nil)
+                break
+            }
+            do {
+                rows.append(try check(result))
+            } catch let error as PostgresError {
+                firstError = firstError ?? error
+            }
+            while let extra = PQgetResult(handle) { PQclear(extra) }  // the NULL that ends each statement's results
+        }
+        while let result = PQgetResult(handle) {
+            let status = PQresultStatus(result)
+            PQclear(result)
+            if status == PGRES_PIPELINE_SYNC { break }
+        }
+        if PQexitPipelineMode(handle) != 1, firstError == nil, sendError == nil { firstError = failure(nil) }
+        if let error = sendError ?? firstError { throw error }
+        return rows
+    }
+
+    private func withParameters<R>(
+        _ parameters: [PostgresValue],
+        _ body: (UnsafePointer<Oid>?, UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?, UnsafePointer<Int32>?) -> R
+    ) -> R {
+        let types = parameters.map(\.oid)
+        let encoded = parameters.map(\.encoded)
+        let lengths = encoded.map { Int32($0.count) }
+        let formats = [Int32](repeating: 1, count: parameters.count)
+        // One buffer holds every parameter's bytes (and one spare byte, so an empty value still has a
+        // pointer: a null pointer would send SQL NULL); the pointers into it live for the call.
+        var buffer = [UInt8]()
+        buffer.reserveCapacity(encoded.reduce(1) { $0 + $1.count })
+        var offsets: [Int] = []
+        for value in encoded {
+            offsets.append(buffer.count)
+            buffer += value
+        }
+        buffer.append(0)
+        return buffer.withUnsafeBytes { storage in
+            let pointers: [UnsafePointer<CChar>?] = offsets.map { offset in
+                storage.baseAddress.map { ($0 + offset).assumingMemoryBound(to: CChar.self) }
+            }
+            return pointers.withUnsafeBufferPointer { values in body(types, values.baseAddress, lengths, formats) }
+        }
+    }
+
+    /// The rows of a result, or the error it reports.
+    private func check(_ result: OpaquePointer?) throws -> PostgresRows {
+        guard let result else { throw failure(nil) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_SINGLE_TUPLE:
+            return PostgresRows(result)
+        default:
+            defer { PQclear(result) }
+            throw failure(result)
+        }
+    }
+
+    private func failure(_ result: OpaquePointer?) -> PostgresError {
+        var message = String(cString: PQerrorMessage(handle))
+        var state: String?
+        if let result {
+            let text = String(cString: PQresultErrorMessage(result))
+            if !text.isEmpty { message = text }
+            if let field = PQresultErrorField(result, Int32(UInt8(ascii: "C"))) { state = String(cString: field) }
+            if PQresultStatus(result) == PGRES_PIPELINE_ABORTED { message = "an earlier statement of the pipeline failed" }
+        }
+        message = Self.scrub(message.trimmingCharacters(in: .whitespacesAndNewlines), secret: secret)
+        return PostgresError(
+            message: message.isEmpty ? "the connection failed" : message, sqlState: state,
+            connectionLost: PQstatus(handle) != CONNECTION_OK || PostgresError.isConnectionState(state))
+    }
+
+    /// `message` with every occurrence of the password replaced, should libpq ever echo it.
+    static func scrub(_ message: String, secret: String?) -> String {
+        guard let secret, !secret.isEmpty else { return message }
+        return message.replacingOccurrences(of: secret, with: "***")
+    }
+}
+
+extension Array where Element == String {
+    /// The strings as a NULL-terminated array of C strings, valid during `body`.
+    func withCStrings<R>(_ body: (UnsafePointer<UnsafePointer<CChar>?>?) -> R) -> R {
+        let copies = map { strdup($0) }
+        defer { copies.forEach { free($0) } }
+        let pointers = copies.map { UnsafePointer($0) } + [nil]
+        return pointers.withUnsafeBufferPointer { body($0.baseAddress) }
+    }
+}

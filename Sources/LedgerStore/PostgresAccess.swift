@@ -1,0 +1,457 @@
+import Foundation
+import LedgerCore
+import Projections
+
+/// Reads and writes in one PostgreSQL transaction (``PostgresEngine``). Batch reads are one
+/// statement each; writes are queued and sent with the next read, or with `COMMIT`, in one pipeline.
+final class PostgresAccess: EngineReader, EngineWriter {
+    let connection: PostgresConnection
+    /// The store, as messages name it (the URL without its password).
+    let store: String
+    let writing: Bool
+    private var pending: [PostgresStatement] = []
+    /// The head as locked at the start of a write group, then as the group's batches moved it.
+    private var lockedHead: LogHead?
+    /// Whether `COMMIT` was sent (a connection lost after that leaves the outcome to be checked).
+    private(set) var commitSent = false
+    /// The group's last appended record, by which a lost `COMMIT` is resolved.
+    private(set) var lastAppended: (sequence: UInt64, bytes: [UInt8])?
+
+    init(connection: PostgresConnection, store: String, writing: Bool) {
+        self.connection = connection
+        self.store = store
+        self.writing = writing
+    }
+
+    /// Begins the write group's transaction and locks the head row: write groups of every process
+    /// on every host are serialised here, and every later statement sees the groups committed before.
+    func begin() throws {
+        let rows = try connection.pipeline([
+            PostgresStatement("BEGIN"), PostgresStatement("SELECT sequence, chain_hash, recorded_at, frontier FROM ledger_head FOR UPDATE"),
+        ])
+        lockedHead = try PostgresRowDecoding.head(rows[1])
+    }
+
+    /// Sends the queued writes and `COMMIT` in one round trip.
+    func commit() throws {
+        commitSent = true
+        try connection.pipeline(pending + [PostgresStatement("COMMIT")])
+        pending = []
+    }
+
+    private func query(_ sql: String, _ parameters: [PostgresValue] = []) throws -> PostgresRows {
+        if !pending.isEmpty {
+            try connection.pipeline(pending)
+            pending = []
+        }
+        return try connection.query(sql, parameters)
+    }
+
+    // MARK: Head, metadata, log
+
+    func head() throws -> LogHead {
+        if let lockedHead { return lockedHead }
+        return try PostgresRowDecoding.head(query("SELECT sequence, chain_hash, recorded_at, frontier FROM ledger_head"))
+    }
+
+    func meta(_ key: MetaKey) throws -> [UInt8]? {
+        try query("SELECT value FROM ledger_meta WHERE name = $1", [.text(key.rawValue)]).bytes(0, 0)
+    }
+
+    func record(_ sequence: UInt64) throws -> [UInt8]? {
+        guard sequence <= UInt64(Int64.max) else { return nil }
+        return try query("SELECT record FROM ledger_log WHERE sequence = $1", [.int64(Int64(sequence))]).bytes(0, 0)
+    }
+
+    func forEachRecord(from: UInt64, through: UInt64, _ body: (UInt64, UnsafeRawBufferPointer) throws -> Bool) throws {
+        var next = from
+        let last = Int64(min(through, UInt64(Int64.max)))
+        while next <= UInt64(last) {
+            let rows = try query(
+                "SELECT sequence, record FROM ledger_log WHERE sequence >= $1 AND sequence <= $2 ORDER BY sequence LIMIT \(PostgresEngine.page)",
+                [.int64(Int64(next)), .int64(last)])
+            let more = try withExtendedLifetime(rows) {
+                for row in 0..<rows.count {
+                    let sequence = try PostgresRowDecoding.sequence(rows.value(row, 0))
+                    guard let bytes = rows.value(row, 1) else { throw LedgerStoreError.corrupt("record \(sequence) is NULL in \(store)") }
+                    guard try body(sequence, bytes) else { return false }
+                    next = sequence + 1
+                }
+                return true
+            }
+            guard more else { return }
+            if rows.count < PostgresEngine.page { return }
+        }
+    }
+
+    func lastSequence(recordedAtOrBefore time: Timestamp) throws -> UInt64 {
+        var low: UInt64 = 0  // recorded at or before `time` (0: none)
+        var high = try head().sequence + 1  // recorded after (head + 1: none known)
+        while high - low > 1 {
+            let middle = low + (high - low) / 2
+            guard let bytes = try record(middle) else { throw LedgerStoreError.corrupt("record \(middle) is missing from the log") }
+            guard let recorded = bytes.withUnsafeBytes({ RecordCodec.recordedAt(of: $0) }) else {
+                throw LedgerStoreError.corrupt("record \(middle) has no readable time")
+            }
+            if recorded <= time { low = middle } else { high = middle }
+        }
+        return low
+    }
+
+    // MARK: Indexes
+
+    func latestRecords(of commands: [CommandRef]) throws -> [Key128: (sequence: UInt64, bytes: [UInt8])] {
+        guard !commands.isEmpty else { return [:] }
+        // A command with a home lineage is among that lineage's entries, the others in ledger_commands
+        // (an empty home stands for none).
+        let unique = Array(Set(commands))
+        let rows = try query(
+            """
+            SELECT k.command, c.sequence, l.record FROM unnest($1::bytea[], $2::bytea[]) AS k(command, home)
+            CROSS JOIN LATERAL (
+                SELECT sequence FROM ledger_lineages WHERE length(k.home) > 0 AND lineage = k.home AND command = k.command
+                UNION ALL SELECT sequence FROM ledger_commands WHERE length(k.home) = 0 AND command = k.command
+                ORDER BY sequence DESC LIMIT 1) AS c
+            JOIN ledger_log AS l ON l.sequence = c.sequence
+            """, [.bytesArray(unique.map(\.key.bytes)), .bytesArray(unique.map { $0.home?.bytes ?? [] })])
+        var out: [Key128: (sequence: UInt64, bytes: [UInt8])] = [:]
+        for row in 0..<rows.count {
+            let command = try PostgresRowDecoding.key128(rows.value(row, 0))
+            let sequence = try PostgresRowDecoding.sequence(rows.value(row, 1))
+            guard let bytes = rows.bytes(row, 2) else { throw LedgerStoreError.corrupt("record \(sequence) is NULL in \(store)") }
+            out[command] = (sequence, bytes)
+        }
+        return out
+    }
+
+    func sequences(ofLineage lineage: LineageKey, through: UInt64) throws -> [UInt64] {
+        let rows = try query(
+            "SELECT sequence FROM ledger_lineages WHERE lineage = $1 AND sequence <= $2 ORDER BY sequence",
+            [.bytes(lineage.bytes), .int64(Int64(min(through, UInt64(Int64.max))))])
+        return try (0..<rows.count).map { try PostgresRowDecoding.sequence(rows.value($0, 0)) }
+    }
+
+    func lineages(boundTo accounts: [AccountID]) throws -> [AccountID: [LineageKey]] {
+        guard !accounts.isEmpty else { return [:] }
+        var out = Dictionary(accounts.map { ($0, [LineageKey]()) }, uniquingKeysWith: { first, _ in first })
+        let rows = try query(
+            "SELECT DISTINCT account, lineage FROM ledger_account_lineages WHERE account = ANY($1) ORDER BY account, lineage",
+            [.bytesArray(Array(out.keys).map(\.bytes))])
+        for row in 0..<rows.count {
+            let account = AccountID(try PostgresRowDecoding.key128(rows.value(row, 0)))
+            out[account, default: []].append(LineageKey(try PostgresRowDecoding.key128(rows.value(row, 1))))
+        }
+        return out
+    }
+
+    func forEachEntry(of index: EngineIndex, _ body: (IndexEntry) throws -> Bool) throws {
+        let table = PostgresRowDecoding.table(of: index)
+        let columns = table.columns.joined(separator: ", ")
+        var after: [PostgresValue]?
+        while true {
+            let placeholders = (1...table.columns.count).map { "$\($0)" }.joined(separator: ", ")
+            let rows = try query(
+                "SELECT \(columns) FROM \(table.name)" + (after == nil ? "" : " WHERE (\(columns)) > (\(placeholders))")
+                    + " ORDER BY \(columns) LIMIT \(PostgresEngine.page)", after ?? [])
+            for row in 0..<rows.count {
+                guard try body(PostgresRowDecoding.entry(index, rows.row(row))) else { return }
+            }
+            guard rows.count == PostgresEngine.page else { return }
+            after = try table.key(rows.row(rows.count - 1))
+        }
+    }
+
+    func contains(_ entry: IndexEntry) throws -> Bool {
+        switch entry {
+        case .command(let command, let sequence):
+            return try query("SELECT 1 FROM ledger_commands WHERE command = $1 AND sequence = $2", [.bytes(command.bytes), .int64(Int64(sequence))])
+                .count > 0
+        case .lineage(let lineage, let sequence, let command):
+            return try query(
+                "SELECT 1 FROM ledger_lineages WHERE lineage = $1 AND sequence = $2 AND command = $3",
+                [.bytes(lineage.bytes), .int64(Int64(sequence)), .bytes(command.bytes)]
+            ).count > 0
+        case .accountLineage(let account, let lineage, let sequence):
+            return try query(
+                "SELECT 1 FROM ledger_account_lineages WHERE account = $1 AND lineage = $2 AND sequence = $3",
+                [.bytes(account.bytes), .bytes(lineage.bytes), .int64(Int64(sequence))]
+            ).count > 0
+        case .merkleNode(let level, let index, let hash):
+            return try merkleNode(level: level, index: index) == hash
+        case .malformed:
+            return false
+        }
+    }
+
+    func normalized(_ entry: IndexEntry) -> IndexEntry { entry }
+
+    // MARK: Read models
+
+    private func readModels(_ keys: [[UInt8]]) throws -> [([UInt8], [UInt8])] {
+        guard !keys.isEmpty else { return [] }
+        let rows = try query("SELECT key, value FROM ledger_read_models WHERE key = ANY($1)", [.bytesArray(keys)])
+        return (0..<rows.count).map { (rows.bytes($0, 0) ?? [], rows.bytes($0, 1) ?? []) }
+    }
+
+    func lineageStates(_ lineages: [LineageKey]) throws -> [LineageKey: LineageState] {
+        var out: [LineageKey: LineageState] = [:]
+        for (key, value) in try readModels(Array(Set(lineages)).map(ReadModel.lineageKey)) {
+            guard key.count == 17, let lineage = Key128(Array(key.dropFirst())).map(LineageKey.init) else {
+                throw LedgerStoreError.corrupt("a read-model key of \(key.count) bytes")
+            }
+            do {
+                out[lineage] = try ReadModel.decodeLineage(value)
+            } catch {
+                throw LedgerStoreError.corrupt("the persisted state of lineage \(lineage): \(error)")
+            }
+        }
+        return out
+    }
+
+    func deletedAccounts(among accounts: [AccountID]) throws -> Set<AccountID> {
+        Set(try readModels(Array(Set(accounts)).map(ReadModel.deletedKey)).compactMap { Key128(Array($0.0.dropFirst())).map(AccountID.init) })
+    }
+
+    func staff() throws -> [StaffID: StaffMember] {
+        var entries: [([UInt8], [UInt8])] = []
+        try forEachReadModel(from: [ReadModel.staffPrefix]) { key, value in
+            guard key.first == ReadModel.staffPrefix else { return false }
+            entries.append((key, value))
+            return true
+        }
+        var state = LedgerState()
+        do {
+            try ReadModel.load(entries, into: &state)
+        } catch {
+            throw LedgerStoreError.corrupt("the persisted staff roster: \(error)")
+        }
+        return state.staff
+    }
+
+    func transferCases(_ ids: [String]) throws -> [String: TransferCase] {
+        var state = LedgerState()
+        do {
+            try ReadModel.load(try readModels(Array(Set(ids)).map(ReadModel.transferKey)), into: &state)
+        } catch let error as DecodingFailure {
+            throw LedgerStoreError.corrupt("a persisted transfer case: \(error)")
+        }
+        return state.transfers
+    }
+
+    func forEachReadModel(from start: [UInt8], _ body: ([UInt8], [UInt8]) throws -> Bool) throws {
+        var bound = start
+        var inclusive = true
+        while true {
+            let rows = try query(
+                "SELECT key, value FROM ledger_read_models WHERE key \(inclusive ? ">=" : ">") $1 ORDER BY key LIMIT \(PostgresEngine.page)",
+                [.bytes(bound)])
+            for row in 0..<rows.count {
+                let columns = rows.row(row)
+                guard try body(columns[0] ?? [], columns[1] ?? []) else { return }
+            }
+            guard rows.count == PostgresEngine.page else { return }
+            bound = rows.row(rows.count - 1)[0] ?? []
+            inclusive = false
+        }
+    }
+
+    // MARK: Vault and Merkle nodes
+
+    func pseudonyms(vaultKeys: [Key128]) throws -> [Key128: AccountID] {
+        guard !vaultKeys.isEmpty else { return [:] }
+        let rows = try query(
+            "SELECT vault_key, account FROM ledger_identities WHERE vault_key = ANY($1)", [.bytesArray(Array(Set(vaultKeys)).map(\.bytes))])
+        var out: [Key128: AccountID] = [:]
+        for row in 0..<rows.count {
+            out[try PostgresRowDecoding.key128(rows.value(row, 0))] = AccountID(try PostgresRowDecoding.key128(rows.value(row, 1)))
+        }
+        return out
+    }
+
+    func sealedUID(of account: AccountID) throws -> [UInt8]? {
+        try query("SELECT sealed_uid FROM ledger_sealed_uids WHERE account = $1", [.bytes(account.bytes)]).bytes(0, 0)
+    }
+
+    func forEachIdentity(_ body: (Key128, AccountID, [UInt8]) throws -> Bool) throws {
+        var after: [UInt8]?
+        while true {
+            let rows = try query(
+                """
+                SELECT i.vault_key, i.account, s.sealed_uid FROM ledger_identities AS i LEFT JOIN ledger_sealed_uids AS s ON s.account = i.account
+                """ + (after == nil ? "" : " WHERE i.vault_key > $1") + " ORDER BY i.vault_key LIMIT \(PostgresEngine.page)",
+                after.map { [.bytes($0)] } ?? [])
+            for row in 0..<rows.count {
+                let account = AccountID(try PostgresRowDecoding.key128(rows.value(row, 1)))
+                guard let sealed = rows.bytes(row, 2) else { throw LedgerStoreError.corrupt("pseudonym \(account) has no sealed UID") }
+                guard try body(try PostgresRowDecoding.key128(rows.value(row, 0)), account, sealed) else { return }
+            }
+            guard rows.count == PostgresEngine.page else { return }
+            after = rows.bytes(rows.count - 1, 0)
+        }
+    }
+
+    func merkleNode(level: UInt8, index: UInt64) throws -> Digest32? {
+        guard index <= UInt64(Int64.max) else { return nil }
+        let rows = try query("SELECT hash FROM ledger_merkle WHERE level = $1 AND index = $2", [.int16(Int16(level)), .int64(Int64(index))])
+        guard rows.count > 0 else { return nil }
+        return try withExtendedLifetime(rows) { try PostgresRowDecoding.digest(rows.value(0, 0)) }
+    }
+
+    func statistics() throws -> [(name: String, entries: Int, bytes: Int)] {
+        try PostgresEngine.tables.map { table in
+            let rows = try query("SELECT count(*), pg_total_relation_size($1::regclass) FROM \(table)", [.text(table)])
+            return try withExtendedLifetime(rows) {
+                (table, Int(try PostgresRowDecoding.int64(rows.value(0, 0))), Int(try PostgresRowDecoding.int64(rows.value(0, 1))))
+            }
+        }
+    }
+
+    // MARK: Writing
+
+    func apply(_ batch: EngineBatch) throws {
+        if !batch.records.isEmpty {
+            pending.append(
+                PostgresStatement(
+                    "INSERT INTO ledger_log (sequence, record) SELECT * FROM unnest($1::int8[], $2::bytea[])",
+                    [.int64Array(batch.records.map { Int64($0.sequence) }), .bytesArray(batch.records.map(\.bytes))]))
+            if let last = batch.records.last { lastAppended = last }
+        }
+        try insert(batch.entries)
+        if let head = batch.head {
+            pending.append(
+                PostgresStatement(
+                    "UPDATE ledger_head SET sequence = $1, chain_hash = $2, recorded_at = $3, frontier = $4",
+                    [
+                        .int64(Int64(head.sequence)), .bytes(head.sequence == 0 ? [] : head.chainHash.bytes), .int64(head.recordedAt),
+                        .bytes(head.frontier.flatMap(\.bytes)),
+                    ]))
+            if writing { lockedHead = head }
+        }
+        // Read models: every put and removal of the batch, in order (the last one of a key wins).
+        var puts: [([UInt8], [UInt8])] = batch.lineageStates.map { (ReadModel.lineageKey($0.0), ReadModel.encode($0.1)) }
+        puts += batch.deletedAccounts.map { (ReadModel.deletedKey($0), []) }
+        var removals: [[UInt8]] = []
+        for (staff, member) in batch.staff {
+            if let member {
+                var roster = LedgerState()
+                roster.staff = [staff: member]
+                puts += ReadModel.entries(of: roster).map { ($0.key, $0.value) }
+            } else {
+                removals.append(ReadModel.staffKey(staff))
+            }
+        }
+        for (caseId, transfer) in batch.transferCases {
+            var cases = LedgerState()
+            cases.transfers = [caseId: transfer]
+            puts += ReadModel.entries(of: cases).map { ($0.key, $0.value) }
+        }
+        try removeReadModels(removals)
+        try putReadModels(puts)
+        // Erasures before insertions: a UID deleted and then used again in one group keeps its new mapping.
+        if !batch.vaultErasures.isEmpty {
+            pending.append(
+                PostgresStatement("DELETE FROM ledger_identities WHERE vault_key = ANY($1)", [.bytesArray(batch.vaultErasures.map(\.vaultKey.bytes))])
+            )
+            pending.append(
+                PostgresStatement("DELETE FROM ledger_sealed_uids WHERE account = ANY($1)", [.bytesArray(batch.vaultErasures.map(\.account.bytes))]))
+        }
+        if !batch.vaultInserts.isEmpty {
+            let identities = Self.lastOfEachKey(batch.vaultInserts.map { ($0.vaultKey.bytes, $0.account.bytes) })
+            let sealed = Self.lastOfEachKey(batch.vaultInserts.map { ($0.account.bytes, $0.sealedUID) })
+            pending.append(
+                PostgresStatement(
+                    """
+                    INSERT INTO ledger_identities (vault_key, account) SELECT * FROM unnest($1::bytea[], $2::bytea[])
+                    ON CONFLICT (vault_key) DO UPDATE SET account = EXCLUDED.account
+                    """, [.bytesArray(identities.map(\.0)), .bytesArray(identities.map(\.1))]))
+            pending.append(
+                PostgresStatement(
+                    """
+                    INSERT INTO ledger_sealed_uids (account, sealed_uid) SELECT * FROM unnest($1::bytea[], $2::bytea[])
+                    ON CONFLICT (account) DO UPDATE SET sealed_uid = EXCLUDED.sealed_uid
+                    """, [.bytesArray(sealed.map(\.0)), .bytesArray(sealed.map(\.1))]))
+        }
+        if !batch.meta.isEmpty {
+            let meta = Self.lastOfEachKey(batch.meta.map { (Array($0.0.rawValue.utf8), $0.1) })
+            pending.append(
+                PostgresStatement(
+                    """
+                    INSERT INTO ledger_meta (name, value) SELECT convert_from(n, 'UTF8'), v FROM unnest($1::bytea[], $2::bytea[]) AS m(n, v)
+                    ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value
+                    """, [.bytesArray(meta.map(\.0)), .bytesArray(meta.map(\.1))]))
+        }
+    }
+
+    /// Index entries, one statement per index (an entry already there is kept, as LMDB's `MDB_NODUPDATA`;
+    /// a Merkle node is replaced).
+    private func insert(_ entries: [IndexEntry]) throws {
+        var commands: [IndexEntry] = []
+        var lineages: [IndexEntry] = []
+        var accountLineages: [IndexEntry] = []
+        var nodes: [(key: [UInt8], level: Int16, index: Int64, hash: [UInt8])] = []
+        for entry in entries {
+            switch entry {
+            case .command: commands.append(entry)
+            case .lineage: lineages.append(entry)
+            case .accountLineage: accountLineages.append(entry)
+            case .merkleNode(let level, let index, let hash):
+                nodes.append((PostgresValue.bigEndian(UInt16(level)) + PostgresValue.bigEndian(index), Int16(level), Int64(index), hash.bytes))
+            case .malformed(let index, _, _):
+                throw LedgerStoreError.corrupt("a malformed \(index.rawValue) entry cannot be stored")
+            }
+        }
+        for (index, group) in [(EngineIndex.commands, commands), (.lineages, lineages), (.accountLineages, accountLineages)] where !group.isEmpty {
+            let table = PostgresRowDecoding.table(of: index)
+            let columns = PostgresRowDecoding.columnValues(group)
+            pending.append(
+                PostgresStatement(
+                    "INSERT INTO \(table.name) (\(table.columns.joined(separator: ", "))) SELECT * FROM unnest(\(table.arrayPlaceholders)) ON CONFLICT DO NOTHING",
+                    columns))
+        }
+        if !nodes.isEmpty {
+            var seen = Set<[UInt8]>()
+            let unique = nodes.reversed().filter { seen.insert($0.key).inserted }
+            pending.append(
+                PostgresStatement(
+                    """
+                    INSERT INTO ledger_merkle (level, index, hash) SELECT * FROM unnest($1::int2[], $2::int8[], $3::bytea[])
+                    ON CONFLICT (level, index) DO UPDATE SET hash = EXCLUDED.hash
+                    """, [.int16Array(unique.map(\.level)), .int64Array(unique.map(\.index)), .bytesArray(unique.map(\.hash))]))
+        }
+    }
+
+    func remove(_ entries: [IndexEntry]) throws {
+        for index in EngineIndex.allCases {
+            let table = PostgresRowDecoding.table(of: index)
+            let keys = try entries.filter { $0.index == index }.map { try PostgresRowDecoding.rowKey(of: $0) }
+            guard let first = keys.first else { continue }
+            let arrays = (0..<first.count).map { column in PostgresRowDecoding.array(keys.map { $0[column] }) }
+            let columns = table.keyColumns.joined(separator: ", ")
+            pending.append(
+                PostgresStatement(
+                    "DELETE FROM \(table.name) WHERE (\(columns)) IN (SELECT * FROM unnest(\(table.keyArrayPlaceholders)))", arrays))
+        }
+    }
+
+    func removeReadModels(_ keys: [[UInt8]]) throws {
+        guard !keys.isEmpty else { return }
+        pending.append(PostgresStatement("DELETE FROM ledger_read_models WHERE key = ANY($1)", [.bytesArray(keys)]))
+    }
+
+    func putReadModels(_ entries: [([UInt8], [UInt8])]) throws {
+        guard !entries.isEmpty else { return }
+        let unique = Self.lastOfEachKey(entries)
+        pending.append(
+            PostgresStatement(
+                """
+                INSERT INTO ledger_read_models (key, value) SELECT * FROM unnest($1::bytea[], $2::bytea[])
+                ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
+                """, [.bytesArray(unique.map(\.0)), .bytesArray(unique.map(\.1))]))
+    }
+
+    /// The pairs with each key once, holding its last value (one multi-row upsert may not touch a row twice).
+    static func lastOfEachKey(_ pairs: [([UInt8], [UInt8])]) -> [([UInt8], [UInt8])] {
+        var seen = Set<[UInt8]>()
+        return pairs.reversed().filter { seen.insert($0.0).inserted }.reversed()
+    }
+}

@@ -1,0 +1,242 @@
+import Foundation
+import LedgerStore
+import LedgerTestSupport
+import OwnershipLedger
+import Testing
+
+/// The `ledger` binary on a PostgreSQL store: every command through a URL, concurrent writers on
+/// one chain head, a writer killed mid-transaction, answers lost after commit, a server restart
+/// under load, migration both ways, a read-only URL.
+@Suite struct PostgresOperationTests {
+    let t = Fixtures.start
+    let day = Fixtures.day
+
+    init() {
+        // A writer killed while its standard input is being written must not take the tests with it.
+        signal(SIGPIPE, SIG_IGN)
+    }
+
+    /// A purchase line of `uid` for lineage `otid`.
+    func purchase(_ uid: String, _ otid: String, at: Int64? = nil, id: String? = nil) -> String {
+        var object: [String: Any] = ["type": "purchase", "account": uid, "transaction": Fixtures.transaction(otid, at: at ?? t), "at": at ?? t]
+        if let id { object["id"] = id }
+        return Fixtures.line(object)
+    }
+
+    /// `ledger init` on a new database of `cluster`; returns the store options.
+    func initStore(_ directory: TemporaryDirectory, cluster: PostgresCluster? = nil) throws -> [String] {
+        let url = try (cluster ?? PostgresCluster.shared()).newDatabase()
+        let options = ["--store", url, "--keys", directory.path("keys").path]
+        let result = try LedgerBinary.run(["init", "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"] + options)
+        #expect(result.status == 0, "\(result.stderr)")
+        return options
+    }
+
+    @Test func everyCommandTakesAURLAndNoneRepeatsItsPassword() throws {
+        let directory = TemporaryDirectory("ledger-pg-cli")
+        defer { directory.remove() }
+        let cluster = try PostgresCluster.shared()
+        let database = try cluster.newDatabase()
+        // A URL with a password, from the environment (trust authentication ignores it).
+        let secret = "pw-Xq7-not-in-any-output"
+        let url = database.replacingOccurrences(of: "postgresql:///", with: "postgresql://postgres:\(secret)@/")
+        let environment = ["LEDGER_STORE": url, "LEDGER_KEYS": directory.path("keys").path]
+        var outputs: [String] = []
+        func run(_ arguments: [String], stdin: String = "", status: Int32 = 0) throws -> LedgerBinary.Result {
+            let result = try LedgerBinary.run(arguments, stdin: stdin, environment: environment)
+            #expect(result.status == status, "\(arguments): \(result.stderr)")
+            outputs += [result.stdout, result.stderr]
+            return result
+        }
+        let initialized = try run(["init", "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"])
+        #expect(initialized.json["store"] as? String == url.replacingOccurrences(of: secret, with: "***"))
+        let lines = [purchase("alice", "1001"), purchase("bob", "1001", at: t + 1), purchase("carol", "1002")].joined(separator: "\n")
+        let submitted = try run(["submit", "--trust-decoded"], stdin: lines)
+        #expect(submitted.lines.compactMap { Fixtures.object($0)["decision"] as? String } == ["granted", "denied", "granted"])
+        #expect(try run(["binding", "--original-transaction-id", "1001"]).json["account"] as? String == "alice")
+        #expect((try run(["account", "--uid", "carol"]).json["entitlements"] as? [Any])?.count == 1)
+        #expect(try run(["log"]).lines.count == 3)
+        #expect(try run(["verify"]).json["intact"] as? Bool == true)
+        #expect(try run(["rebuild", "--check"]).json["repaired"] as? Bool == false)
+        #expect(try run(["stats"]).json["records"] as? Int == 3)
+        let checkpoint = try run(["checkpoint", "--out", directory.path("cp").path, "--public-key-out", directory.path("pub.pem").path])
+        #expect(try run(["verify", "--checkpoint", directory.path("cp").path]).json["intact"] as? Bool == true, "\(checkpoint.stdout)")
+        _ = try run(["replay", "--original-transaction-id", "1001"])
+        _ = try run(["explain", "--uid", "bob", "--original-transaction-id", "1001"])
+        _ = try run(["dispute", "export", "--original-transaction-id", "1001", "--out", directory.path("bundle.json").path])
+        // Errors name the store without its password.
+        let wrongDatabase = try LedgerBinary.run(
+            ["binding", "--original-transaction-id", "1001"],
+            environment: ["LEDGER_STORE": url.replacingOccurrences(of: "ledger_test_", with: "missing_"), "LEDGER_KEYS": directory.path("keys").path])
+        #expect(wrongDatabase.status == 3)
+        #expect(wrongDatabase.stderr.contains("***"), "\(wrongDatabase.stderr)")
+        outputs += [wrongDatabase.stdout, wrongDatabase.stderr]
+        let compact = try run(["compact"], status: 2)
+        #expect(compact.stderr.contains("VACUUM"))
+        for output in outputs { #expect(!output.contains(secret), "the password was printed: \(output)") }
+        // Nothing of the customers' identifiers in any table, column or server log line.
+        let dump = try cluster.dump(database: url)
+        for needle in ["alice", "bob", "carol", "1001", "1002"] {
+            #expect(!Fixtures.decodingByteaLiterals(dump).contains(Data(needle.utf8)), "\(needle) is in the database")
+            #expect(!cluster.serverLog().contains(needle))
+        }
+    }
+
+    @Test func fourWritersRacingForTheSameNewLineagesLeaveExactlyOneOwnerEach() throws {
+        let directory = TemporaryDirectory("ledger-pg-race")
+        defer { directory.remove() }
+        let options = try initStore(directory)
+        let lineages = (0..<150).map { String(5_000_000 + $0) }
+        var generator = SeededGenerator(state: 15)
+        let writers = try (0..<4).map { writer -> LedgerBinary.Running in
+            let lines = lineages.shuffled(using: &generator).map { purchase("writer\(writer)-\($0)", $0, id: $0) }
+            return try LedgerBinary.start(["submit", "--trust-decoded"] + options, stdinData: Data(lines.joined(separator: "\n").utf8))
+        }
+        var granted: [String: [String]] = [:]
+        for (writer, running) in writers.enumerated() {
+            let result = running.wait()
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.lines.count == lineages.count)
+            for line in result.lines {
+                let answer = Fixtures.object(line)
+                if answer["decision"] as? String == "granted", let id = answer["id"] as? String {
+                    granted[id, default: []].append("writer\(writer)-\(id)")
+                }
+            }
+        }
+        #expect(granted.count == lineages.count)
+        for otid in lineages {
+            #expect(granted[otid]?.count == 1, "lineage \(otid) granted \(granted[otid] ?? [])")
+            let binding = try LedgerBinary.run(["binding", "--original-transaction-id", otid] + options)
+            #expect(binding.json["account"] as? String == granted[otid]?.first)
+        }
+        let verify = try LedgerBinary.run(["verify"] + options)
+        #expect(verify.json["intact"] as? Bool == true, "\(verify.stdout)")
+        #expect(verify.json["verifiedRecords"] as? Int == 4 * lineages.count)
+    }
+
+    /// Answers lost with a killed writer (mid-transaction or after a commit) are settled by sending
+    /// the same lines again: the idempotency entries answer what was committed, nothing is doubled.
+    @Test func aWriterKilledMidTransactionLeavesNothingAndTheRetryDoublesNothing() throws {
+        let directory = TemporaryDirectory("ledger-pg-kill")
+        defer { directory.remove() }
+        let cluster = try PostgresCluster.shared()
+        let options = try initStore(directory)
+        let database = String(options[1].split(separator: "?")[0].dropFirst("postgresql:///".count))
+        let lines = (0..<12_000).map { purchase("uid-\($0)", String(6_000_000 + $0), id: "\($0)") }.joined(separator: "\n")
+        for _ in 0..<2 {
+            let running = try LedgerBinary.start(["submit", "--trust-decoded"] + options, stdinData: Data(lines.utf8))
+            // Wait until the writer's transaction has written rows and not committed, then kill it.
+            var inside = false
+            for _ in 0..<2_000 where !inside {
+                let active = try cluster.sql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = '\(database)' AND application_name = 'ledger' AND backend_xid IS NOT NULL AND state <> 'idle'"
+                )
+                inside = active.trimmingCharacters(in: .whitespacesAndNewlines) != "0"
+                if !inside { usleep(2_000) }
+            }
+            #expect(inside, "the writer was never seen inside a transaction")
+            kill(running.processIdentifier, SIGKILL)
+            _ = running.wait()
+            let verify = try LedgerBinary.run(["verify"] + options)
+            #expect(verify.json["intact"] as? Bool == true, "\(verify.stdout)")
+        }
+        let before = try LedgerBinary.run(["stats"] + options).json["records"] as? Int ?? -1
+        #expect(before < 12_000)
+        let finished = try LedgerBinary.run(["submit", "--trust-decoded"] + options, stdin: lines)
+        #expect(finished.status == 0)
+        let answers = finished.lines.map(Fixtures.object)
+        #expect(answers.count == 12_000)
+        #expect(answers.filter { $0["duplicate"] as? Bool == true }.count == before)
+        #expect(answers.allSatisfy { $0["decision"] as? String == "granted" })
+        let after = try LedgerBinary.run(["verify"] + options)
+        #expect(after.json["intact"] as? Bool == true)
+        #expect(after.json["verifiedRecords"] as? Int == 12_000)
+    }
+
+    @Test func aServerRestartUnderLoadLosesNoAnsweredDecisionAndDoublesNone() throws {
+        let cluster = try PostgresCluster.standalone()
+        defer { cluster.stopAndRemove() }
+        let directory = TemporaryDirectory("ledger-pg-restart")
+        defer { directory.remove() }
+        let options = try initStore(directory, cluster: cluster)
+        let writers = try (0..<2).map { writer in
+            let lines = (0..<5_000).map { purchase("w\(writer)-\($0)", String(7_000_000 + writer * 100_000 + $0), id: "\(writer)-\($0)") }
+            // Small reads of standard input: many commits, some before, during and after the restart.
+            return try LedgerBinary.start(
+                ["submit", "--trust-decoded"] + options, stdinData: Data(lines.joined(separator: "\n").utf8),
+                environment: ["LEDGER_RECONNECT_WINDOW": "60"])
+        }
+        usleep(300_000)
+        try cluster.stop(mode: "fast")
+        usleep(1_000_000)
+        try cluster.start()
+        var answered: [String: Int] = [:]
+        for running in writers {
+            let result = running.wait()
+            #expect(result.status == 0, "\(result.stderr)")
+            for answer in result.lines.map(Fixtures.object) {
+                if let id = answer["id"] as? String, let seq = answer["seq"] as? Int { answered[id] = seq }
+            }
+        }
+        #expect(answered.count == 10_000)
+        #expect(Set(answered.values).count == 10_000, "two answers name the same record")
+        let verify = try LedgerBinary.run(["verify"] + options)
+        #expect(verify.json["intact"] as? Bool == true, "\(verify.stdout)")
+        #expect(verify.json["verifiedRecords"] as? Int == 10_000)
+    }
+
+    @Test func migrateCopiesBothWaysVerifiedAndRefusesANonEmptyTarget() throws {
+        let directory = TemporaryDirectory("ledger-pg-migrate")
+        defer { directory.remove() }
+        let source = directory.path("source").path
+        #expect(try LedgerBinary.run(["init", "--store", source, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"]).status == 0)
+        let lines = [
+            purchase("alice", "1001"), purchase("bob", "1001", at: t + 1), purchase("carol", "1002"),
+            Fixtures.line(["type": "delete-account", "account": "carol", "at": t + day]), purchase("dave", "1003", at: t + 2 * day),
+        ]
+        #expect(try LedgerBinary.run(["submit", "--trust-decoded", "--store", source], stdin: lines.joined(separator: "\n")).status == 0)
+        let url = try PostgresCluster.shared().newDatabase()
+        let toPostgres = try LedgerBinary.run(["migrate", "--from", source, "--to", url, "--keys", directory.path("keys").path])
+        #expect(toPostgres.status == 0, "\(toPostgres.stderr)")
+        #expect(toPostgres.json["intact"] as? Bool == true)
+        #expect(toPostgres.json["records"] as? Int == 5)
+        #expect(toPostgres.json["identities"] as? Int == 3)
+        let pg = ["--store", url, "--keys", directory.path("keys").path]
+        let again = try LedgerBinary.run(["migrate", "--from", source, "--to", url, "--keys", directory.path("keys").path])
+        #expect(again.status == 3)
+        #expect(again.stderr.contains("already holds a ledger"), "\(again.stderr)")
+        let back = directory.path("back").path
+        let toDirectory = try LedgerBinary.run(["migrate", "--from", url, "--to", back, "--keys", directory.path("keys").path])
+        #expect(toDirectory.status == 0, "\(toDirectory.stderr)")
+        #expect(toDirectory.json["root"] as? String == toPostgres.json["root"] as? String)
+        #expect(toDirectory.json["headHash"] as? String == toPostgres.json["headHash"] as? String)
+        // The same records, answers and signed checkpoints from all three.
+        let stores = [["--store", source], pg, ["--store", back]]
+        let logs = try stores.map { try LedgerBinary.run(["log"] + $0).stdout }
+        #expect(logs[0] == logs[1] && logs[1] == logs[2])
+        let accounts = try stores.map { try LedgerBinary.run(["account", "--uid", "dave"] + $0).stdout }
+        #expect(accounts[0] == accounts[1] && accounts[1] == accounts[2])
+        let roots = try stores.map { try LedgerBinary.run(["checkpoint"] + $0).lines.dropFirst().first ?? "" }
+        #expect(roots[0] == roots[1] && roots[1] == roots[2], "\(roots)")
+        #expect(try LedgerBinary.run(["account", "--uid", "carol"] + pg).json["known"] as? Bool == false)
+    }
+
+    @Test func queriesReadFromTheReadOnlyURLAndWritesGoToThePrimary() throws {
+        let directory = TemporaryDirectory("ledger-pg-replica")
+        defer { directory.remove() }
+        let primary = try initStore(directory)
+        #expect(try LedgerBinary.run(["submit", "--trust-decoded"] + primary, stdin: purchase("alice", "1001")).status == 0)
+        // A stand-in for a lagging replica: a copy taken now.
+        let copy = try PostgresCluster.shared().newDatabase()
+        let migrated = try LedgerBinary.run(["migrate", "--from", primary[1], "--to", copy, "--keys", directory.path("keys").path])
+        #expect(migrated.status == 0, "\(migrated.stderr)")
+        #expect(try LedgerBinary.run(["submit", "--trust-decoded"] + primary, stdin: purchase("bob", "1002")).status == 0)
+        let withReplica = primary + ["--read-store", copy]
+        #expect(try LedgerBinary.run(["binding", "--original-transaction-id", "1002"] + withReplica).json["state"] as? String == "unbound")
+        #expect(try LedgerBinary.run(["binding", "--original-transaction-id", "1002"] + primary).json["account"] as? String == "bob")
+        // A write through the same options decides on the primary's state.
+        let denied = try LedgerBinary.run(["submit", "--trust-decoded"] + withReplica, stdin: purchase("carol", "1002", at: t + 1))
+        #expect(Fixtures.object(denied.lines.first ?? "")["decision"] as? String == "denied")
+    }
+}
