@@ -1,7 +1,7 @@
 # Set-up and everyday commands. `make demo` and `make test` are the README's two commands.
 SWIFT ?= swift
 
-.PHONY: deps build demo test bench bench-history bench-submit format lint fuzz soak coverage
+.PHONY: deps build demo test bench bench-history bench-submit bench-serve format lint fuzz soak coverage
 
 deps:
 	@{ pkg-config --exists lmdb libcrypto libmicrohttpd libpq && command -v curl && test -x "$$(pg_config --bindir)/initdb"; } >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev libmicrohttpd-dev libpq-dev postgresql pkg-config curl; }
@@ -54,6 +54,11 @@ bench-submit: build
 	/usr/bin/time -o .build/bench/time-signed -f '%e %M' .build/release/ledger submit \
 	    --store .build/bench/submit-signed < .build/bench/signed-$(SIGNED_LINES).jsonl > .build/bench/answers-signed.jsonl
 	awk '{ printf "submit (signed JWS, test PKI): $(SIGNED_LINES) lines in %s s: %.0f lines/s, peak %.1f MiB\n", $$1, $(SIGNED_LINES) / $$1, $$2 / 1024 }' .build/bench/time-signed
+
+# `ledger serve` under 64 keep-alive clients (docs/benchmarks.md); BENCH_ARGS adds options, e.g.
+# BENCH_ARGS="--route submit --batch 50 --requests 400" for NDJSON batches.
+bench-serve: build
+	.build/release/ledger bench serve $(BENCH_ARGS)
 
 format:
 	$(SWIFT) format --in-place --recursive --configuration .swift-format Package.swift Sources Projections Tests

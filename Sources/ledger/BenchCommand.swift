@@ -30,9 +30,10 @@ struct BenchCommand: Subcommand {
         `bench serve` starts `ledger serve` on a fresh store and drives it with --clients keep-alive
         clients on loopback (default 64): --requests (default 20,000) signed purchases to
         POST /v1/transactions, each a new lineage bought by a new account with its own Firebase ID token,
-        or with --route submit as NDJSON batches of --batch lines (default 100) to POST /v1/submit. It signs them with the test keys under --fixtures
-        (default ./Tests, the repository's) and prints decisions/s, latency percentiles, the commit group
-        sizes and the server's resident memory through the run (docs/benchmarks.md).
+        or with --route submit as NDJSON batches of --batch lines (default 100) to POST /v1/submit. It
+        signs them with the test keys under --fixtures (default ./Tests, the repository's) and prints
+        decisions/s, latency percentiles, the commit group sizes and the server's anonymous memory
+        through the run (docs/benchmarks.md; `make bench-serve`).
 
         `bench sign` (benchmark tooling for `make bench-submit`) rewrites trusted-decoded submit lines (FILE, e.g.
         gen_history.py's) into the same lines carrying App Store JWS signed with the test keys under --fixtures:
