@@ -61,9 +61,43 @@ public struct InvariantChecker: Sendable {
     /// Cases approved by a different approver enrolled at the time, for the requested plan.
     private var authorisedApprovals: Set<String> = []
     private let signatures: SignatureChecks?
+    /// Lean: ``state`` keeps no ``LedgerState/accountLineages`` sets and equal product ids share one
+    /// string; invariant 1 counts the lineages bound to each account instead (a whole-log replay).
+    private let lean: Bool
+    /// In lean mode: how many lineages each account is bound to.
+    private var boundCounts: [AccountID: Int32] = [:]
+    /// In lean mode: one string per product id.
+    private var products: [String: String] = [:]
+    /// In lean mode, the lineages this checker keeps (by the first 8 bytes of their key); nil: all.
+    private let lineageRange: ClosedRange<UInt64>?
+    /// With a lineage range: invariant 1 as far as this range sees it (the sequence of an account's
+    /// deletion, the account, and how many of its lineages in the range were still bound), for the
+    /// caller to add up over the ranges.
+    public private(set) var deletionsWhileBound: [(sequence: UInt64, account: AccountID, bound: Int)] = []
 
-    /// A checker; without `signatures` it checks roles and plans but not signatures.
-    public init(signatures: SignatureChecks? = nil) { self.signatures = signatures }
+    /// A checker; without `signatures` it checks roles and plans but not signatures. `lean` (for a
+    /// replay of the whole log) keeps less state: see ``state``. With `lineageRange` (lean only), it
+    /// checks and keeps only the lineages whose key starts in the range, and everything that names no
+    /// lineage (the roster, transfer cases, deletions), so a replay can run one pass per range of the
+    /// key space with the state of that range only; invariant 1 then goes to ``deletionsWhileBound``.
+    public init(signatures: SignatureChecks? = nil, lean: Bool = false, lineageRange: ClosedRange<UInt64>? = nil) {
+        self.signatures = signatures
+        self.lean = lean || lineageRange != nil
+        self.lineageRange = lineageRange
+    }
+
+    /// Makes room for `count` lineages at once (a replay that knows about how many it will keep
+    /// avoids growing the table, which briefly holds the old and the new one).
+    public mutating func reserveCapacity(lineages count: Int) { state.lineages.reserveCapacity(count) }
+
+    /// Whether this checker keeps `lineage`.
+    private func keeps(_ lineage: LineageKey?) -> Bool {
+        guard let lineageRange, let lineage else { return true }
+        return lineageRange.contains(lineage.key.high)
+    }
+
+    /// Accounts bound to at least one lineage.
+    public var boundAccounts: Int { lean ? boundCounts.values.filter { $0 > 0 }.count : state.accountLineages.count }
 
     /// Checks every record of `records` in order; throws only what `signatures` throws.
     public static func check(_ records: some Sequence<Record>, signatures: SignatureChecks? = nil) throws -> [InvariantViolation] {
@@ -81,7 +115,14 @@ public struct InvariantChecker: Sendable {
         }
         lastSequence = seq
         cause = nil
-        for event in record.events { try check(event, sequence: seq) }
+        for event in record.events {
+            // Outside the range: a transfer step still updates its case (the cases are kept whole);
+            // anything else about such a lineage is another pass's.
+            switch event {
+            case .transferRequested, .transferApproved, .transferApplied, .transferRefused: try check(event, sequence: seq)
+            default: if keeps(event.lineage) { try check(event, sequence: seq) }
+            }
+        }
     }
 
     /// Checks one event of the record at `seq` against the state so far, then applies it.
@@ -194,19 +235,59 @@ public struct InvariantChecker: Sendable {
                 violated(2, "lineage \(lineage) tombstoned for \(account), which does not own it")
             }
         case .accountDeleted(let account):
-            if let lineages = state.accountLineages[account], !lineages.isEmpty {
-                violated(1, "account \(account) deleted while still bound to \(lineages.count) lineage(s)")
+            let bound = lean ? Int(boundCounts[account] ?? 0) : state.accountLineages[account]?.count ?? 0
+            if lineageRange != nil {
+                if bound > 0 { deletionsWhileBound.append((seq, account, bound)) }
+            } else if bound > 0 {
+                violated(1, Self.deletedWhileBound(account, bound))
             }
         case .decisionIssued, .storeUpgraded:
             break
         }
 
-        StateProjection.evolve(&state, event)
+        if lean {
+            evolveLean(event)
+        } else {
+            StateProjection.evolve(&state, event)
+        }
 
         if case .decisionIssued(let decision) = event, let facts = causeFacts(for: decision.lineage),
             facts.ownership == .familyShared, decision.reason != .familyShared
         {
             violated(7, "FAMILY_SHARED transaction decided \(decision.reason.code) instead of family-sharing-unsupported")
+        }
+    }
+
+    /// The message of invariant 1.
+    public static func deletedWhileBound(_ account: AccountID, _ bound: Int) -> String {
+        "account \(account) deleted while still bound to \(bound) lineage(s)"
+    }
+
+    /// Applies `event` without account sets: the binding changes it makes adjust the bound counts.
+    private mutating func evolveLean(_ event: LedgerEvent) {
+        var changed: LineageKey?
+        switch event {
+        case .lineageBound(let lineage, _), .lineageTombstoned(let lineage, _): changed = lineage
+        case .transferApplied(let e): changed = e.lineage
+        case .accountDeleted(let account): boundCounts[account] = nil
+        default: break
+        }
+        let before = changed.flatMap { state.lineages[$0]?.binding }
+        StateProjection.evolve(&state, event, accountLineages: false)
+        if let changed, !keeps(changed) {
+            state.lineages[changed] = nil  // a transfer applied to a lineage of another range
+            return
+        }
+        if let changed, let after = state.lineages[changed]?.binding, after != before {
+            if case .bound(let account)? = before { boundCounts[account, default: 0] -= 1 }
+            if case .bound(let account) = after { boundCounts[account, default: 0] += 1 }
+        }
+        if case .entitlementGranted(let e) = event {
+            if let shared = products[e.productId] {
+                state.lineages[e.lineage]?.entitlement?.productId = shared
+            } else {
+                products[e.productId] = e.productId
+            }
         }
     }
 

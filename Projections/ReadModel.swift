@@ -30,6 +30,54 @@ public enum ReadModel {
         return out
     }
 
+    /// The entries of a state in key order, without building them all: the deleted accounts and the
+    /// lineages are sorted once (16 bytes each) and each entry is encoded when it is visited. What
+    /// `verify` walks beside the persisted read models.
+    public struct OrderedEntries: Sendable {
+        let state: LedgerState
+        let deleted: [AccountID]
+        let lineages: [LineageKey]
+        /// Staff members and transfer cases (few), encoded and sorted.
+        let small: [([UInt8], [UInt8])]
+
+        public init(_ state: LedgerState) {
+            self.state = state
+            deleted = state.deletedAccounts.sorted()
+            lineages = state.lineages.keys.sorted()
+            var partial = LedgerState()
+            partial.staff = state.staff
+            partial.transfers = state.transfers
+            small = ReadModel.entries(of: partial).sorted { $0.key.lexicographicallyPrecedes($1.key) }.map { ($0.key, $0.value) }
+        }
+
+        public var count: Int { deleted.count + lineages.count + small.count }
+
+        /// Visits the entries whose key is `start` or after, in key order (`D` < `L` < `S` < `T`),
+        /// until `body` returns false.
+        public func forEach(from start: [UInt8], _ body: ([UInt8], [UInt8]) throws -> Bool) rethrows {
+            func first<T: Comparable>(_ sorted: [T], _ prefix: UInt8, _ key: (T) -> [UInt8]) -> Int {
+                guard let kind = start.first else { return 0 }
+                if kind < prefix { return 0 }
+                if kind > prefix { return sorted.count }
+                var (low, high) = (0, sorted.count)
+                while low < high {
+                    let middle = (low + high) / 2
+                    if key(sorted[middle]).lexicographicallyPrecedes(start) { low = middle + 1 } else { high = middle }
+                }
+                return low
+            }
+            for account in deleted[first(deleted, deletedPrefix, deletedKey)...] {
+                guard try body(deletedKey(account), []) else { return }
+            }
+            for lineage in lineages[first(lineages, lineagePrefix, lineageKey)...] {
+                guard try body(lineageKey(lineage), encode(state.lineages[lineage] ?? LineageState())) else { return }
+            }
+            for (key, value) in small where !key.lexicographicallyPrecedes(start) {
+                guard try body(key, value) else { return }
+            }
+        }
+    }
+
     /// Loads entries into `state` (the inverse of ``entries(of:)``).
     public static func load(_ entries: some Sequence<([UInt8], [UInt8])>, into state: inout LedgerState) throws(DecodingFailure) {
         for (key, value) in entries {

@@ -19,14 +19,18 @@ public enum StateProjection {
         events.reduce(into: state) { evolve(&$0, $1) }
     }
 
-    public static func evolve(_ state: inout LedgerState, _ event: LedgerEvent) {
+    public static func evolve(_ state: inout LedgerState, _ event: LedgerEvent) { evolve(&state, event, accountLineages: true) }
+
+    /// ``evolve(_:_:)``; without `accountLineages`, ``LedgerState/accountLineages`` is left alone (a
+    /// whole-log replay that does not need it keeps no set per account).
+    public static func evolve(_ state: inout LedgerState, _ event: LedgerEvent, accountLineages: Bool) {
         switch event {
         case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .transferRefused, .decisionIssued,
             .storeUpgraded:
             break
         case .lineageBound(let lineage, let account):
             state.lineages[lineage, default: LineageState()].binding = .bound(account)
-            state.accountLineages[account, default: []].insert(lineage)
+            if accountLineages { state.accountLineages[account, default: []].insert(lineage) }
         case .entitlementGranted(let e):
             state.lineages[e.lineage, default: LineageState()].entitlement = Entitlement(
                 account: e.account, productId: e.productId, expiresAt: e.expiresAt)
@@ -38,9 +42,9 @@ public enum StateProjection {
             state.lineages[lineage]?.entitlement?.revokedAt = nil
         case .lineageTombstoned(let lineage, let account):
             state.lineages[lineage, default: LineageState()].binding = .tombstoned(formerAccount: account)
-            state.unlink(lineage, from: account)
+            if accountLineages { state.unlink(lineage, from: account) }
         case .accountDeleted(let account):
-            state.accountLineages[account] = nil
+            if accountLineages { state.accountLineages[account] = nil }
             state.deletedAccounts.insert(account)
         case .staffEnrolled(let e):
             state.staff[e.staff] = StaffMember(roles: e.roles, publicKey: e.publicKey, ownAccount: e.ownAccount)
@@ -52,8 +56,10 @@ public enum StateProjection {
             state.transfers[e.caseId]?.approval = e
         case .transferApplied(let e):
             state.lineages[e.lineage, default: LineageState()] = LineageState(binding: .bound(e.target), entitlement: nil)
-            state.unlink(e.lineage, from: e.source.account)
-            state.accountLineages[e.target, default: []].insert(e.lineage)
+            if accountLineages {
+                state.unlink(e.lineage, from: e.source.account)
+                state.accountLineages[e.target, default: []].insert(e.lineage)
+            }
             state.transfers[e.caseId]?.applied = true
         }
     }

@@ -105,7 +105,7 @@ extension LedgerStore {
                 records: head.sequence, readModels: readModels, identities: identities, head: head, root: root,
                 verification: ReplayReport(
                     verifiedRecords: 0, events: 0, chainFault: nil, violations: [], readModelDifferences: [], indexDifferences: [],
-                    lineages: 0, accounts: 0))
+                    lineages: 0))
         }
         progress?("verify", 0, report.records)
         report.verification = try copy.replay { done, total in progress?("verify", done, total) }

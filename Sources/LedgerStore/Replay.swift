@@ -1,3 +1,4 @@
+import Foundation
 public import LedgerCore
 import LedgerCrypto
 public import Projections
@@ -36,9 +37,8 @@ public struct ReplayReport: Sendable {
     /// Entries of the derived indexes (`commands`, `lineages`, `account-lineages`, `merkle`) that
     /// differ from the ones the log implies. At most 100 lines, then one "… and N more".
     public var indexDifferences: [String]
-    /// Lineages and live accounts with bound lineages in the replayed state.
+    /// Lineages in the replayed state.
     public var lineages: Int
-    public var accounts: Int
 
     public var isIntact: Bool {
         chainFault == nil && violations.isEmpty && readModelDifferences.isEmpty && indexDifferences.isEmpty
@@ -56,6 +56,12 @@ struct DifferenceList {
     }
 
     var lines: [String] { more == 0 ? kept : kept + ["… and \(more) more"] }
+
+    /// Appends another list's lines, and counts what it left out.
+    mutating func append(contentsOf other: DifferenceList) {
+        for line in other.kept { append(line) }
+        more += other.more
+    }
     var isEmpty: Bool { kept.isEmpty }
 }
 
@@ -89,11 +95,53 @@ extension LedgerStore {
     /// through order-independent keyed hashes (an exact diagnosis runs only on a mismatch). With
     /// `repair`, then makes the read models and the derived indexes equal to the log's.
     /// `progress` is called with (records done, total) every 10,000 records.
+    ///
+    /// Memory stays bounded whatever the store's size: when the store holds more lineages than
+    /// ``Analysis/lineagesPerPass``, the lineage key space is split into ranges and the log is
+    /// folded once per range, each pass keeping the state of its range only (the first pass also does
+    /// the hashes and indexes). A check runs every pass on one snapshot; a repair repairs each range
+    /// after its pass, and analyses again when the log grew meanwhile.
     public func replay(repair: Bool = false, progress: ((UInt64, UInt64) -> Void)? = nil) throws -> ReplayReport {
+        try replay(repair: repair, progress: progress, lineagesPerPass: Analysis.lineagesPerPass)
+    }
+
+    /// ``replay(repair:progress:)`` with at most `lineagesPerPass` lineages per pass (tests make it small).
+    func replay(repair: Bool, progress: ((UInt64, UInt64) -> Void)?, lineagesPerPass: Int) throws -> ReplayReport {
         for _ in 0..<3 {
-            let analysis = try read { reader in try Analysis.run(reader, progress: progress) }
-            guard repair, analysis.needsRepair else { return analysis.report }
-            if try analysis.repair(self) { return analysis.report }
+            var passes = Analysis.Passes()
+            if !repair {
+                return try read { reader in
+                    let count = try Analysis.passes(reader, lineagesPerPass: lineagesPerPass)
+                    var first: Analysis.First?
+                    for pass in 0..<count {
+                        let analysis = try Analysis.run(reader, pass: pass, of: count, after: first, progress: progress)
+                        if pass == 0 { first = analysis.first }
+                        passes.add(analysis)
+                    }
+                    return passes.report
+                }
+            }
+            let count = try read { try Analysis.passes($0, lineagesPerPass: lineagesPerPass) }
+            var first: Analysis.First?
+            var grew = false
+            for pass in 0..<count {
+                guard
+                    let analysis = try read({ reader -> Analysis? in
+                        if let first, try reader.head() != first.head { return nil }
+                        return try Analysis.run(reader, pass: pass, of: count, after: first, progress: progress)
+                    })
+                else {
+                    grew = true
+                    break
+                }
+                if pass == 0 { first = analysis.first }
+                passes.add(analysis)
+                if analysis.needsRepair, try !analysis.repair(self) {
+                    grew = true
+                    break
+                }
+            }
+            if !grew { return passes.report }
             // The log grew while repairing: analyse again from the new head.
         }
         throw LedgerStoreError.corrupt("the log kept growing during rebuild: run it again when writes are quieter")
@@ -107,108 +155,403 @@ extension LedgerStore {
 
 /// One pass's findings and the repairs they call for.
 struct Analysis {
+    /// The most lineages one pass keeps (about 35 MiB of state at the most); more make more passes.
+    static let lineagesPerPass = 150_000
+
+    /// How many passes the store's lineages need (estimated from its read models).
+    static func passes(_ reader: any EngineReader, lineagesPerPass: Int) throws -> Int {
+        let models = try reader.statistics().first { $0.name == "read-models" }?.entries ?? 0
+        return models == 0 ? 1 : (models - 1) / max(lineagesPerPass, 1) + 1
+    }
+
+    /// Pass `pass` of `count`: the first 8 bytes of the lineage keys it keeps.
+    static func range(_ pass: Int, of count: Int) -> ClosedRange<UInt64> {
+        let width = UInt64.max / UInt64(count)
+        let low = width * UInt64(pass)
+        return low...(pass == count - 1 ? UInt64.max : low + width - 1)
+    }
+
+    /// The read-model keys pass `pass` of `count` compares: [start, end) (end nil: to the last). The
+    /// first pass also has the deleted accounts (`D`, before `L`), the last the roster and cases.
+    static func readModelKeys(_ pass: Int, of count: Int) -> (start: [UInt8], end: [UInt8]?) {
+        func lineageKey(_ high: UInt64) -> [UInt8] { [ReadModel.lineagePrefix] + KeyBuffer(high).with { Array($0) } }
+        let range = range(pass, of: count)
+        return (pass == 0 ? [] : lineageKey(range.lowerBound), pass == count - 1 ? nil : lineageKey(range.upperBound + 1))
+    }
+
+    /// The passes' reports added up.
+    struct Passes {
+        var first: ReplayReport?
+        var readModels = DifferenceList()
+        var violations: [InvariantViolation] = []
+        var seen = Set<String>()
+        var deletions: [String: (sequence: UInt64, account: AccountID, bound: Int)] = [:]
+        var lineages = 0
+
+        mutating func add(_ analysis: Analysis) {
+            if first == nil { first = analysis.report }
+            readModels.append(contentsOf: analysis.readModelDiffs)
+            for violation in analysis.report.violations
+            where seen.insert("\(violation.invariant) \(violation.sequence) \(violation.message)").inserted {
+                violations.append(violation)
+            }
+            for deletion in analysis.deletionsWhileBound {
+                deletions["\(deletion.sequence) \(deletion.account)", default: (deletion.sequence, deletion.account, 0)].bound += deletion.bound
+            }
+            lineages += analysis.report.lineages
+        }
+
+        var report: ReplayReport {
+            var report =
+                first
+                ?? ReplayReport(
+                    verifiedRecords: 0, events: 0, chainFault: nil, violations: [], readModelDifferences: [], indexDifferences: [], lineages: 0)
+            var all = violations
+            for deletion in deletions.values {
+                all.append(
+                    InvariantViolation(
+                        invariant: 1, sequence: deletion.sequence, message: InvariantChecker.deletedWhileBound(deletion.account, deletion.bound)))
+            }
+            report.violations = all.enumerated().sorted { ($0.element.sequence, $0.offset) < ($1.element.sequence, $1.offset) }.map(\.element)
+            report.readModelDifferences = readModels.lines
+            report.lineages = lineages
+            return report
+        }
+    }
+
+    /// What later passes need of the first (not its state: one pass's state at a time).
+    struct First {
+        var report: ReplayReport
+        var head: LogHead
+    }
+
+    var first: First { First(report: report, head: head) }
+
     var report: ReplayReport
     var head: LogHead
+    /// This pass: which of how many, and the read-model keys it compares.
+    var pass = 0
+    var passCount = 1
+    var readModelDiffs = DifferenceList()
+    var deletionsWhileBound: [(sequence: UInt64, account: AccountID, bound: Int)] = []
     /// Indexes whose stored entries differ from the implied ones.
     var damagedIndexes: [EngineIndex] = []
-    /// Read-model keys to rewrite or remove.
-    var readModelPuts: [([UInt8], [UInt8])] = []
-    var readModelRemovals: [[UInt8]] = []
+    /// The replayed state's read models in key order (kept for the repair).
+    var expected: ReadModel.OrderedEntries
+    var readModelsDiffer = false
     var staleModelVersion = false
     /// Case id → lineage, for the entries of case steps.
     var caseLineages: [String: LineageKey] = [:]
 
-    var needsRepair: Bool { !damagedIndexes.isEmpty || !readModelPuts.isEmpty || !readModelRemovals.isEmpty || staleModelVersion }
+    var needsRepair: Bool { !damagedIndexes.isEmpty || readModelsDiffer || staleModelVersion }
 
-    static func run(_ reader: any EngineReader, progress: ((UInt64, UInt64) -> Void)?) throws -> Analysis {
-        let head = try reader.head()
-        var walk = try ChainWalk(head: head)
-        var checker = InvariantChecker(signatures: .libcrypto)
+    /// Records handed from the thread that reads and hashes the log to the one that decodes and folds.
+    struct Batch {
+        var first: UInt64
+        var bytes: [UInt8] = []
+        var ends: [Int] = []
+    }
+
+    /// A bounded queue of batches between the two threads.
+    final class Handoff: @unchecked Sendable {
+        private let condition = NSCondition()
+        private var batches: [Batch] = []
+        private var closed = false
+        /// Set by the consumer when it stops early (a record that does not decode, an error).
+        private(set) var stopped = false
+        static let capacity = 4
+
+        func put(_ batch: Batch) {
+            condition.lock()
+            while batches.count >= Self.capacity && !stopped { condition.wait() }
+            if !stopped { batches.append(batch) }
+            condition.broadcast()
+            condition.unlock()
+        }
+
+        func close() {
+            condition.lock()
+            closed = true
+            condition.broadcast()
+            condition.unlock()
+        }
+
+        func take() -> Batch? {
+            condition.lock()
+            defer { condition.unlock() }
+            while batches.isEmpty && !closed { condition.wait() }
+            guard !batches.isEmpty else { return nil }
+            condition.broadcast()
+            return batches.removeFirst()
+        }
+
+        func stop() {
+            condition.lock()
+            stopped = true
+            batches = []
+            condition.broadcast()
+            condition.unlock()
+        }
+
+        var isStopped: Bool {
+            condition.lock()
+            defer { condition.unlock() }
+            return stopped
+        }
+    }
+
+    /// What the decoding thread found.
+    final class Fold: @unchecked Sendable {
+        var checker: InvariantChecker
+        /// The first pass hashes the entries the records imply; later ones only fold.
+        let indexes: Bool
+        init(checker: InvariantChecker, indexes: Bool) {
+            self.checker = checker
+            self.indexes = indexes
+        }
         var implied = [EngineIndex: MultisetHash]()
         var events: UInt64 = 0
         var lastRecordedAt: Timestamp = 0
-        try reader.forEachRecord(from: 1, through: head.sequence) { sequence, bytes in
-            guard try walk.add(sequence, bytes, reader: reader, node: { implied[.merkle, default: MultisetHash()].add($0) }) else { return false }
+        /// The first record that does not decode or goes back in time.
+        var fault: ChainFault?
+        var error: (any Error)?
+        let done = DispatchSemaphore(value: 0)
+
+        /// Decodes, checks and folds the batches until the handoff closes or a record is bad.
+        func run(_ handoff: Handoff, normalize: (IndexEntry) -> IndexEntry) {
+            defer { done.signal() }
+            do {
+                while let batch = handoff.take() {
+                    var start = 0
+                    var sequence = batch.first
+                    for end in batch.ends {
+                        let ok = try batch.bytes.withUnsafeBytes { all in
+                            try add(sequence, UnsafeRawBufferPointer(rebasing: all[start..<end]), normalize: normalize)
+                        }
+                        guard ok else {
+                            handoff.stop()
+                            return
+                        }
+                        start = end
+                        sequence += 1
+                    }
+                }
+            } catch {
+                self.error = error
+                handoff.stop()
+            }
+        }
+
+        func add(_ sequence: UInt64, _ bytes: UnsafeRawBufferPointer, normalize: (IndexEntry) -> IndexEntry) throws -> Bool {
             let record: Record
             do throws(RecordDecodingError) {
                 record = try RecordCodec.decode(bytes, sequence: sequence)
             } catch {
-                walk.stop(ChainFault(sequence: sequence, through: sequence, reason: error.reason))
+                fault = ChainFault(sequence: sequence, through: sequence, reason: error.reason)
                 return false
             }
             guard record.recordedAt >= lastRecordedAt else {
-                walk.stop(ChainFault(sequence: sequence, through: sequence, reason: "recorded before the record preceding it"))
+                fault = ChainFault(sequence: sequence, through: sequence, reason: "recorded before the record preceding it")
                 return false
             }
             lastRecordedAt = record.recordedAt
             try checker.check(record)
-            let transfers = checker.state.transfers
-            for entry in impliedEntries(of: record, caseLineage: { transfers[$0]?.request.plan.lineage }) {
-                implied[entry.index, default: MultisetHash()].add(reader.normalized(entry))
+            if indexes {
+                let transfers = checker.state.transfers
+                for entry in impliedEntries(of: record, caseLineage: { transfers[$0]?.request.plan.lineage }) {
+                    implied[entry.index, default: MultisetHash()].add(normalize(entry))
+                }
             }
             events += UInt64(record.events.count)
-            if sequence % 10_000 == 0 { progress?(sequence, head.sequence) }
             return true
         }
-        let fault = walk.finish()
-        progress?(walk.count, head.sequence)
-        let state = checker.state
+    }
+
+    /// One pass over the log on two threads: this one reads each record and hashes it (leaf, chain,
+    /// Merkle nodes against the stored ones) and then hashes the stored indexes; the other decodes,
+    /// checks the invariants, folds and hashes the entries the records imply. Then the fold is
+    /// compared with the persisted read models, walking both in key order. Pass 0 of `count` does all
+    /// of that; a later pass (`first` is pass 0's analysis) only folds its range of lineages, through
+    /// the last record pass 0 verified, and compares their read models.
+    static func run(
+        _ reader: any EngineReader, pass: Int = 0, of count: Int = 1, after first: First? = nil, progress: ((UInt64, UInt64) -> Void)?
+    ) throws -> Analysis {
+        let head = try reader.head()
+        let hashing = pass == 0
+        let through = first?.report.verifiedRecords ?? head.sequence
+        var walk = try ChainWalk(head: head)
+        var impliedNodes = MultisetHash()
+        let handoff = Handoff()
+        var checker = InvariantChecker(signatures: .libcrypto, lean: true, lineageRange: count == 1 ? nil : range(pass, of: count))
+        // About the lineages this pass keeps (the read models name each once), with a margin.
+        let models = try reader.statistics().first { $0.name == "read-models" }?.entries ?? 0
+        checker.reserveCapacity(lineages: models / count + models / count / 8)
+        let fold = Fold(checker: checker, indexes: hashing)
+        let normalizer = Normalizer(reader: reader)
+        Thread.detachNewThread { fold.run(handoff, normalize: normalizer.normalize) }
+        var batch = Batch(first: 1)
+        let batchRecords = 2_048
+        let label = count == 1 ? progress : progress.map { report in { done, total in report(UInt64(pass) * total + done, UInt64(count) * total) } }
+        do {
+            try reader.forEachRecord(from: 1, through: through) { sequence, bytes in
+                if hashing {
+                    guard try walk.add(sequence, bytes, reader: reader, node: { impliedNodes.add($0) }) else { return false }
+                }
+                batch.bytes.append(contentsOf: bytes)
+                batch.ends.append(batch.bytes.count)
+                if batch.ends.count == batchRecords {
+                    handoff.put(batch)  // dropped once the other thread has stopped
+                    batch = Batch(first: sequence + 1)
+                    batch.bytes.reserveCapacity(batchRecords * 160)
+                }
+                if sequence % 10_000 == 0 { label?(sequence, through) }
+                return true
+            }
+        } catch {
+            handoff.stop()
+            handoff.close()
+            fold.done.wait()
+            throw error
+        }
+        if !batch.ends.isEmpty { handoff.put(batch) }
+        handoff.close()
+        // The stored indexes, while the other thread folds.
+        var stored = [EngineIndex: MultisetHash]()
+        if hashing {
+            for index in EngineIndex.allCases {
+                var hash = MultisetHash()
+                try reader.forEachEntry(of: index) { entry in
+                    hash.add(entry)
+                    return true
+                }
+                stored[index] = hash
+            }
+        }
+        fold.done.wait()
+        if let error = fold.error { throw error }
+        var fault: ChainFault?
+        if hashing {
+            // A record that does not decode ends the pass there, unless a record before it is missing.
+            if let bad = fold.fault, walk.fault.map({ $0.sequence > bad.sequence }) ?? true { walk.stop(bad) }
+            fault = walk.finish()
+        } else {
+            fault = first?.report.chainFault
+        }
+        label?(through, through)
+        var implied = fold.implied
+        implied[.merkle] = impliedNodes
+        let state = fold.checker.state
         var analysis = Analysis(
             report: ReplayReport(
-                verifiedRecords: fault.map { $0.sequence - 1 } ?? head.sequence, events: events, chainFault: fault,
-                violations: checker.violations, readModelDifferences: [], indexDifferences: [], lineages: state.lineages.count,
-                accounts: state.accountLineages.count),
-            head: head)
+                verifiedRecords: fault.map { $0.sequence - 1 } ?? head.sequence, events: fold.events, chainFault: fault,
+                violations: fold.checker.violations, readModelDifferences: [], indexDifferences: [], lineages: state.lineages.count),
+            head: head, pass: pass, passCount: count, deletionsWhileBound: fold.checker.deletionsWhileBound,
+            expected: ReadModel.OrderedEntries(state))
         analysis.caseLineages = state.transfers.mapValues { $0.request.plan.lineage }
-        analysis.staleModelVersion = try reader.meta(.readModelVersion).flatMap(u32) != StateProjection.version
-        try analysis.compareReadModels(state, reader)
-        try analysis.compareIndexes(implied, reader)
+        try analysis.compareReadModels(reader)
+        if hashing {
+            analysis.staleModelVersion = try reader.meta(.readModelVersion).flatMap(u32) != StateProjection.version
+            try analysis.compareIndexes(implied: implied, stored: stored, reader)
+        }
         return analysis
+    }
+
+    /// `EngineReader.normalized` is pure: the decoding thread may call it.
+    struct Normalizer: @unchecked Sendable {
+        let reader: any EngineReader
+        func normalize(_ entry: IndexEntry) -> IndexEntry { reader.normalized(entry) }
     }
 
     // MARK: Read models
 
-    mutating func compareReadModels(_ state: LedgerState, _ reader: any EngineReader) throws {
-        let fresh = ReadModel.entries(of: state)
-        let keys = fresh.keys.sorted { $0.lexicographicallyPrecedes($1) }
-        var differences = DifferenceList()
-        var next = 0
-        func missing(through key: [UInt8]?) {
-            while next < keys.count, key.map({ keys[next].lexicographicallyPrecedes($0) }) ?? true {
-                differences.append("\(ReadModel.describe(keys[next])): missing from the persisted read models")
-                readModelPuts.append((keys[next], fresh[keys[next]] ?? []))
-                next += 1
+    /// One difference between the persisted read models and the replay's.
+    enum ReadModelChange {
+        case put([UInt8], [UInt8])
+        case remove([UInt8])
+    }
+
+    /// Walks the expected entries from `start` beside the persisted ones, calling `body` with each
+    /// difference and its description until `body` returns false; returns the key to resume from
+    /// (nil at the end).
+    func forEachReadModelChange(
+        from start: [UInt8], _ reader: any EngineReader, _ body: (ReadModelChange, String) throws -> Bool
+    ) throws -> [UInt8]? {
+        let end = Self.readModelKeys(pass, of: passCount).end
+        func inRange(_ key: [UInt8]) -> Bool { end.map { key.lexicographicallyPrecedes($0) } ?? true }
+        var pending: ([UInt8], [UInt8])?  // the next expected entry not yet matched
+        var resume: [UInt8]?
+        var stop = false
+        var expectedIterator: [([UInt8], [UInt8])] = []
+        // Expected entries are produced in chunks so the walk never holds them all.
+        var expectedFrom = start
+        var expectedDone = false
+        func nextExpected() -> ([UInt8], [UInt8])? {
+            if expectedIterator.isEmpty && !expectedDone {
+                var chunk: [([UInt8], [UInt8])] = []
+                expected.forEach(from: expectedFrom) { key, value in
+                    guard inRange(key) else { return false }
+                    chunk.append((key, value))
+                    return chunk.count < 1_024
+                }
+                // The next key after the last one: the last with a zero byte appended.
+                if let last = chunk.last { expectedFrom = last.0 + [0] }
+                if chunk.count < 1_024 { expectedDone = true }
+                expectedIterator = chunk.reversed()
+            }
+            return expectedIterator.popLast()
+        }
+        pending = nextExpected()
+        func missing(before key: [UInt8]?) throws {
+            while !stop, let entry = pending, key.map({ entry.0.lexicographicallyPrecedes($0) }) ?? true {
+                if try !body(.put(entry.0, entry.1), "\(ReadModel.describe(entry.0)): missing from the persisted read models") {
+                    stop = true
+                    resume = entry.0
+                    return
+                }
+                pending = nextExpected()
             }
         }
-        try reader.forEachReadModel(from: []) { key, value in
-            missing(through: key)
-            if next < keys.count, keys[next] == key {
-                if fresh[key] != value {
-                    differences.append("\(ReadModel.describe(key)): persisted and replayed values differ")
-                    readModelPuts.append((key, fresh[key] ?? []))
+        try reader.forEachReadModel(from: start) { key, value in
+            guard inRange(key) else { return false }
+            try missing(before: key)
+            if stop { return false }
+            if let entry = pending, entry.0 == key {
+                if entry.1 != value, try !body(.put(key, entry.1), "\(ReadModel.describe(key)): persisted and replayed values differ") {
+                    stop = true
+                    resume = key
+                    return false
                 }
-                next += 1
-            } else {
-                differences.append("\(ReadModel.describe(key)): persisted but not produced by a replay")
-                readModelRemovals.append(key)
+                pending = nextExpected()
+            } else if try !body(.remove(key), "\(ReadModel.describe(key)): persisted but not produced by a replay") {
+                stop = true
+                resume = key
+                return false
             }
             return true
         }
-        missing(through: nil)
+        try missing(before: nil)
+        return resume
+    }
+
+    mutating func compareReadModels(_ reader: any EngineReader) throws {
+        var differences = DifferenceList()
+        _ = try forEachReadModelChange(from: Self.readModelKeys(pass, of: passCount).start, reader) { _, line in
+            differences.append(line)
+            return true
+        }
+        readModelsDiffer = !differences.isEmpty
+        readModelDiffs = differences
         report.readModelDifferences = differences.lines
     }
 
     // MARK: Indexes
 
-    mutating func compareIndexes(_ implied: [EngineIndex: MultisetHash], _ reader: any EngineReader) throws {
+    mutating func compareIndexes(
+        implied: [EngineIndex: MultisetHash], stored: [EngineIndex: MultisetHash], _ reader: any EngineReader
+    ) throws {
         var differences = DifferenceList()
         for index in EngineIndex.allCases {
-            var stored = MultisetHash()
-            try reader.forEachEntry(of: index) { entry in
-                stored.add(entry)
-                return true
-            }
-            guard stored != implied[index, default: MultisetHash()] else { continue }
+            guard stored[index, default: MultisetHash()] != implied[index, default: MultisetHash()] else { continue }
             damagedIndexes.append(index)
             try diagnose(index, reader, into: &differences)
         }
@@ -329,13 +672,28 @@ struct Analysis {
             size += count
             if size >= chunk { try flush() }
         }
-        for start in stride(from: 0, to: readModelRemovals.count, by: chunk) {
-            let keys = Array(readModelRemovals[start..<min(start + chunk, readModelRemovals.count)])
-            try add(keys.count) { try $0.removeReadModels(keys) }
-        }
-        for start in stride(from: 0, to: readModelPuts.count, by: chunk) {
-            let entries = Array(readModelPuts[start..<min(start + chunk, readModelPuts.count)])
-            try add(entries.count) { try $0.putReadModels(entries) }
+        if readModelsDiffer {
+            // In chunks, each found in a read of its own (no write inside a read).
+            var resume: [UInt8]? = Self.readModelKeys(pass, of: passCount).start
+            while let start = resume, !grew {
+                var puts: [([UInt8], [UInt8])] = []
+                var removals: [[UInt8]] = []
+                resume = try store.read { reader in
+                    try forEachReadModelChange(from: start, reader) { change, _ in
+                        switch change {
+                        case .put(let key, let value): puts.append((key, value))
+                        case .remove(let key): removals.append(key)
+                        }
+                        return puts.count + removals.count < chunk
+                    }
+                }
+                let (p, r) = (puts, removals)
+                try add(p.count + r.count) { writer in
+                    try writer.removeReadModels(r)
+                    try writer.putReadModels(p)
+                }
+                try flush()
+            }
         }
         let judged = report.chainFault.map { $0.sequence - 1 } ?? head.sequence
         for index in damagedIndexes {

@@ -135,12 +135,13 @@ struct VerifyCommand: Subcommand {
     static let usage = """
         Usage: ledger verify [--checkpoint FILE [--public-key KEY]] [--store DIR]
 
-        Replays the whole log once: every record's bytes, hash and link; every invariant of
-        docs/events.md; the persisted read models against a fresh replay; and the event-id, lineage
-        and account indexes against the entries the log implies (every submissions entry must name a
-        record). Prints a JSON report (readModelDifferences, indexDifferences: at most 100 lines each
-        for the indexes, then "… and N more"). Exit 0 only when all hold; 1 otherwise, with the first
-        bad sequence number when the chain is broken (`ledger rebuild` repairs read models and indexes).
+        Replays the whole log once, in memory that does not grow with the store: every record's
+        bytes, order and time, its leaf and chain hash against the head, the stored Merkle nodes; every
+        invariant of docs/events.md; the persisted read models against a fresh replay; and the
+        commands, lineages, account-lineages and merkle indexes against the entries the log implies.
+        Prints a JSON report (events, readModelDifferences, indexDifferences: at most 100 lines each,
+        then "… and N more"). Exit 0 only when all hold; 1 otherwise, with the first and last bad
+        sequence numbers when the chain is broken (`ledger rebuild` repairs read models and indexes).
         --checkpoint also checks a signed checkpoint (`ledger checkpoint`): its signature (store's signing
         key, or KEY), the root of its first SIZE records, a consistency proof to today's log, and the
         projection state hash of a replay of those records (docs/forensics.md).
@@ -179,12 +180,13 @@ struct RebuildCommand: Subcommand {
     static let usage = """
         Usage: ledger rebuild [--check] [--store DIR]
 
-        Replays the log through the projections and compares the result with the persisted read
-        models (differences), and the event-id, lineage and account indexes with the entries the log
-        implies (indexDifferences, at most 100 lines then "… and N more"; also submissions entries
-        that name no record), then replaces the read models with the fresh ones and repairs the three
-        indexes in one transaction (with --check it only compares). The submissions index cannot be
-        derived from the log and is never changed. Shows progress on a terminal. Exit 1 when the log
+        Replays the log through the projections (one streaming pass, as verify) and compares the result
+        with the persisted read models (differences), and the commands, lineages, account-lineages and
+        merkle indexes with the entries the log implies (indexDifferences, at most 100 lines then
+        "… and N more"), then makes the read models and the indexes equal to the log's, in write
+        groups of at most 10,000 changes (with --check it only compares). The identity vault cannot be
+        derived from the log and is never changed. Shows progress on a terminal. Prints {"records",
+        "events", "lineages", "differences", "indexDifferences", "repaired"}. Exit 1 when the log
         itself is broken.
         """
     static let options: Set<String> = []
@@ -198,7 +200,7 @@ struct RebuildCommand: Subcommand {
             "records": report.verifiedRecords, "differences": report.readModelDifferences,
             "indexDifferences": report.indexDifferences,
             "repaired": !arguments.flags.contains("check") && !(report.readModelDifferences.isEmpty && report.indexDifferences.isEmpty),
-            "lineages": report.lineages, "accounts": report.accounts, "events": report.events,
+            "lineages": report.lineages, "events": report.events,
         ]
         if let fault = report.chainFault { object["chainFault"] = fault.description }
         console.out(JSONLine.render(object))
