@@ -1,7 +1,7 @@
 # Set-up and everyday commands. `make demo` and `make test` are the README's two commands.
 SWIFT ?= swift
 
-.PHONY: deps build demo test bench bench-history bench-submit bench-serve format lint fuzz soak coverage
+.PHONY: deps build demo test bench bench-history bench-submit bench-serve bench-postgres format lint fuzz soak coverage
 
 deps:
 	@{ pkg-config --exists lmdb libcrypto libmicrohttpd libpq && command -v curl && test -x "$$(pg_config --bindir)/initdb"; } >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev libmicrohttpd-dev libpq-dev postgresql pkg-config curl; }
@@ -59,6 +59,11 @@ bench-submit: build
 # BENCH_ARGS="--route submit --batch 50 --requests 400" for NDJSON batches.
 bench-serve: build
 	.build/release/ledger bench serve $(BENCH_ARGS)
+
+# The PostgreSQL benchmark (docs/benchmarks.md): decisions/s with 1, 2 and 4 writer processes on a
+# throwaway local cluster beside LMDB, rebuild and verify rates, bytes per line.
+bench-postgres: build
+	LINES=$(LINES) GEN_HISTORY=$(GEN_HISTORY) bash Tests/Benchmarks/postgres-bench.sh
 
 format:
 	$(SWIFT) format --in-place --recursive --configuration .swift-format Package.swift Sources Projections Tests

@@ -203,6 +203,11 @@ final class Routes: Sendable {
         }
         let readable = lines.compactMap { if case .bytes(let bytes) = $0 { bytes } else { nil } }
         commit(protocolHandler.prepare(readable), responder: responder) { answers in
+            // The store failed for every line it was to decide (a database that is down): nothing was
+            // decided, so the whole batch is to be sent again.
+            if answers.contains(where: { $0.code == "internal" }), answers.allSatisfy({ $0.code == "internal" || $0.decision == "invalid" }) {
+                return self.unavailable("the store could not record the batch; nothing was decided: send it again", code: "store-unavailable")
+            }
             var decided = answers.makeIterator()
             var output: [UInt8] = []
             for line in lines {

@@ -95,7 +95,12 @@ public final class Ledger: @unchecked Sendable {
             var group = try WriteGroup(store: store, reader: reader, clock: clock)
             let all = prepared.joined()
             try group.prefetch(commands: all.map(\.commandRef), uids: all.compactMap(\.uid))
-            try group.load(lineages: all.compactMap(\.lineage))
+            // A deletion decides on every lineage of its account: load them for all the group's deletions at once.
+            var deleting: [AccountID] = []
+            for case .deleteAccount(let uid) in all.map(\.submission) {
+                if let account = try group.pseudonym(ofUID: uid) { deleting.append(account) }
+            }
+            try group.load(lineages: all.compactMap(\.lineage), accounts: deleting)
             let decisions = try prepared.map { submissions in try submissions.map { try decide($0, in: &group) } }
             try writer.apply(group.batch())
             return decisions

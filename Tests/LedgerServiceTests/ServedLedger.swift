@@ -22,12 +22,17 @@ final class ServedLedger: @unchecked Sendable {
     let client: HTTPClient
 
     /// Starts the server with `options` added to the defaults (and the service token file unless
-    /// `serviceTokens` is false).
-    init(_ options: [String] = [], serviceTokens: Bool = true, connections: Int = 8) throws {
-        let initialized = try LedgerBinary.run([
-            "init", "--store", directory.path("store").path, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox",
-            "--root-certificate", Self.appleCertificates.appendingPathComponent("testCA.der").path,
-        ])
+    /// `serviceTokens` is false), on the store `storeOptions` name (a new store directory by default),
+    /// with `environment` added to its own.
+    init(
+        _ options: [String] = [], serviceTokens: Bool = true, connections: Int = 8, storeOptions: [String]? = nil,
+        environment: [String: String] = [:]
+    ) throws {
+        let storeOptions = storeOptions ?? ["--store", directory.path("store").path]
+        let initialized = try LedgerBinary.run(
+            ["init", "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"] + storeOptions + [
+                "--root-certificate", Self.appleCertificates.appendingPathComponent("testCA.der").path,
+            ])
         guard initialized.status == 0 else { throw ServeTestError("ledger init failed: \(initialized.stderr)") }
         let tokens = directory.path("service-tokens")
         try Data((Self.serviceToken + "\n").utf8).write(to: tokens)
@@ -35,10 +40,11 @@ final class ServedLedger: @unchecked Sendable {
         FileManager.default.createFile(atPath: directory.path("serve.log").path, contents: nil)
         process.executableURL = LedgerBinary.url
         process.arguments =
-            [
-                "serve", "--store", directory.path("store").path, "--listen", "127.0.0.1:0", "--firebase-project-id", Self.projectId,
+            ["serve"] + storeOptions + [
+                "--listen", "127.0.0.1:0", "--firebase-project-id", Self.projectId,
                 "--firebase-certificates", Self.firebaseKeys.appendingPathComponent("certificates.json").path,
             ] + (serviceTokens ? ["--service-token-file", tokens.path] : []) + options
+        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         let out = Pipe()
         process.standardOutput = out
         process.standardError = try FileHandle(forWritingTo: directory.path("serve.log"))
