@@ -22,8 +22,10 @@ public struct InvariantViolation: Equatable, Sendable, CustomStringConvertible {
 /// 3. an entitlement exists only for the bound account and only from a verified store transaction;
 /// 4. a tombstoned lineage grants nothing until a transfer and a verified restore, and a lineage a
 ///    transfer moved grants nothing until its bound account's verified restore;
-/// 5. an applied transfer has a request by an authorised operator and an approval of the same plan
-///    by a different authorised approver, both recorded before it;
+/// 5. an applied transfer has a request by an authorised operator, an approval of the same plan by a
+///    different authorised approver, both recorded before it, and the applier's signature; every roster
+///    change after the first administrator is signed by an administrator, and by a second one once
+///    two or more are enrolled (only the bootstrap, enrolling the second administrator, is signed by one);
 /// 6. after a transfer the previous account holds no entitlement from that lineage;
 /// 7. FAMILY_SHARED ownership never binds and never grants;
 /// 8. sequence numbers are gapless (the hash chain is checked by the store).
@@ -33,6 +35,11 @@ public struct InvariantViolation: Equatable, Sendable, CustomStringConvertible {
 /// Given ``SignatureChecks``, invariant 5 also requires every roster change and transfer step to
 /// carry a valid Ed25519 signature by the staff member it names (the store passes libcrypto's; the
 /// checker itself stays pure).
+///
+/// History an upgrade copied from storage format 1 (records 2 through `copiedRecords + 1` after a
+/// `store-upgraded` record 1) is judged by format 1's rules: an apply without a signature and a
+/// roster change signed by one administrator are not violations there (format 1 recorded no more),
+/// and are listed in ``formatOneNotes`` instead.
 public struct InvariantChecker: Sendable {
     /// The cryptography invariant 5 needs, supplied by the caller. Each throws when the check cannot be
     /// made (the cryptographic library failed), which is not a violation: the checker passes the error on.
@@ -74,6 +81,12 @@ public struct InvariantChecker: Sendable {
     /// deletion, the account, and how many of its lineages in the range were still bound), for the
     /// caller to add up over the ranges.
     public private(set) var deletionsWhileBound: [(sequence: UInt64, account: AccountID, bound: Int)] = []
+    /// The last record of history copied from format 1 (0: none).
+    private var formatOneThrough: UInt64 = 0
+    /// The signed bytes of every format-2 roster change, with its record: each may be used once.
+    private var rosterMessages: [[UInt8]: UInt64] = [:]
+    /// Support steps of format-1 history that format 2 would require more signatures of (see the type).
+    public private(set) var formatOneNotes: [InvariantViolation] = []
 
     /// A checker; without `signatures` it checks roles and plans but not signatures. `lean` (for a
     /// replay of the whole log) keeps less state: see ``state``. With `lineageRange` (lean only), it
@@ -133,24 +146,11 @@ public struct InvariantChecker: Sendable {
         switch event {
         case .transactionSubmitted, .notificationReceived, .accountDeletionRequested:
             cause = event
-        case .staffEnrolled(let e):
+        case .staffEnrolled, .staffRemoved:
             cause = event
-            if let admin = e.enrolledBy {
-                if try state.staff[admin]?.roles.contains(.administrator) != true
-                    || !signed(by: admin, message: e.signedMessage, signature: e.signature)
-                {
-                    violated(5, "staff \(e.staff) enrolled without a valid signature of an enrolled administrator (\(admin))")
-                }
-            } else if !state.staff.isEmpty {
-                violated(5, "staff \(e.staff) enrolled without an administrator after the roster was set up")
-            }
-        case .staffRemoved(let e):
+            if let change = RosterChange(event) { try check(change, sequence: seq) }
+        case .rosterChangeProposed:
             cause = event
-            if try state.staff[e.removedBy]?.roles.contains(.administrator) != true
-                || !signed(by: e.removedBy, message: e.signedMessage, signature: e.signature)
-            {
-                violated(5, "staff \(e.staff) removed without a valid signature of an enrolled administrator (\(e.removedBy))")
-            }
         case .transferRefused:
             cause = event
         case .transferRequested(let e):
@@ -181,6 +181,16 @@ public struct InvariantChecker: Sendable {
                 violated(5, "transfer \(e.caseId) applied to a lineage, source or target other than its approved plan")
             }
             if transfer?.applied == true { violated(5, "transfer \(e.caseId) applied a second time") }
+            if isFormatOneHistory(seq) && e.signature.isEmpty {
+                formatOneNotes.append(
+                    InvariantViolation(
+                        invariant: 5, sequence: seq,
+                        message: "transfer \(e.caseId) was applied in storage format 1, which recorded no apply signature"))
+            } else if try !TransferDecider.isApplier(e.appliedBy, state: state)
+                || !signed(by: e.appliedBy, message: e.signedMessage, signature: e.signature)
+            {
+                violated(5, "transfer \(e.caseId) applied without a valid apply signature by an enrolled operator or approver (\(e.appliedBy))")
+            }
             // Checked before the apply, which drops the lineage's entitlement: the decider ends the
             // previous account's entitlement first.
             if let entitlement = state.lineage(e.lineage).entitlement, entitlement.account == e.source.account,
@@ -241,7 +251,9 @@ public struct InvariantChecker: Sendable {
             } else if bound > 0 {
                 violated(1, Self.deletedWhileBound(account, bound))
             }
-        case .decisionIssued, .storeUpgraded:
+        case .storeUpgraded(let e):
+            if seq == 1 { formatOneThrough = 1 + e.copiedRecords }
+        case .decisionIssued:
             break
         }
 
@@ -288,6 +300,42 @@ public struct InvariantChecker: Sendable {
             } else {
                 products[e.productId] = e.productId
             }
+        }
+    }
+
+    /// Whether record `seq` is history an upgrade copied from format 1.
+    private func isFormatOneHistory(_ seq: UInt64) -> Bool { seq > 1 && seq <= formatOneThrough }
+
+    /// Checks a roster change against the rules of its time (``TransferDecider/changeRoster(_:signatures:state:formatOneRules:)``).
+    private mutating func check(_ change: RosterChange, sequence seq: UInt64) throws {
+        func violated(_ message: String) { violations.append(InvariantViolation(invariant: 5, sequence: seq, message: message)) }
+        guard let admin = change.signer else {
+            if !state.staff.isEmpty { violated("staff \(change.staff) enrolled without an administrator after the roster was set up") }
+            return
+        }
+        let formatOne = isFormatOneHistory(seq)
+        let message = change.signedMessage
+        if !formatOne {
+            if change.signedAfter == nil {
+                violated("the roster change for \(change.staff) has no signedAfter: its signature could be replayed")
+            } else if let earlier = rosterMessages[message] {
+                violated("the roster change for \(change.staff) repeats the signed bytes of record \(earlier): a replayed signature")
+            }
+            rosterMessages[message] = seq
+        }
+        let signatures = TransferDecider.RosterSignatures(
+            signatureValid: try signed(by: admin, message: message, signature: change.signature),
+            coSignatureValid: try change.coSignedBy.map { try signed(by: $0, message: message, signature: change.coSignature) })
+        let outcome = TransferDecider.changeRoster(change, signatures: signatures, state: state, formatOneRules: formatOne)
+        if outcome.events != [change.event] {
+            violated(
+                "the roster change for \(change.staff) does not hold: "
+                    + (outcome.refusalReason ?? "signed by \(admin) alone while two or more administrators are enrolled"))
+        } else if formatOne && change.coSignedBy == nil {
+            formatOneNotes.append(
+                InvariantViolation(
+                    invariant: 5, sequence: seq,
+                    message: "the roster change for \(change.staff) was signed by one administrator (\(admin)) under storage format 1's rules"))
         }
     }
 

@@ -26,7 +26,7 @@ public enum StateProjection {
     public static func evolve(_ state: inout LedgerState, _ event: LedgerEvent, accountLineages: Bool) {
         switch event {
         case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .transferRefused, .decisionIssued,
-            .storeUpgraded:
+            .storeUpgraded, .rosterChangeProposed:
             break
         case .lineageBound(let lineage, let account):
             state.lineages[lineage, default: LineageState()].binding = .bound(account)

@@ -32,6 +32,9 @@ public enum LedgerEvent: Equatable, Sendable {
     case staffEnrolled(StaffEnrolled)
     /// A roster administrator removed a staff member.
     case staffRemoved(StaffRemoved)
+    /// An administrator signed a roster change that needs a second administrator's signature; the
+    /// roster changes only when another administrator co-signs it (`staffEnrolled`/`staffRemoved`).
+    case rosterChangeProposed(RosterChange)
     /// An operator opened a transfer and signed its plan.
     case transferRequested(TransferRequested)
     /// A different approver signed the same plan.
@@ -221,10 +224,19 @@ public struct StaffEnrolled: Equatable, Sendable {
     public var enrolledBy: StaffID?
     /// Ed25519 signature of the administrator over ``signedMessage``.
     public var signature: [UInt8]
+    /// The log's last sequence number when the change was first signed: it makes each change's signed
+    /// bytes unique, so no signature can be replayed. nil for a change recorded in storage format 1,
+    /// whose signed bytes had none (``signedMessage`` is then format 1's).
+    public var signedAfter: UInt64?
+    /// The second administrator, who signed the same ``signedMessage`` (nil: signed by one, as the
+    /// bootstrap and format-1 history are).
+    public var coSignedBy: StaffID?
+    /// The second administrator's Ed25519 signature over ``signedMessage`` (empty without one).
+    public var coSignature: [UInt8]
 
     public init(
         staff: StaffID, roles: StaffRoles, publicKey: [UInt8], ownAccount: AccountID?, enrolledBy: StaffID?,
-        signature: [UInt8]
+        signature: [UInt8], signedAfter: UInt64? = nil, coSignedBy: StaffID? = nil, coSignature: [UInt8] = []
     ) {
         self.staff = staff
         self.roles = roles
@@ -232,17 +244,23 @@ public struct StaffEnrolled: Equatable, Sendable {
         self.ownAccount = ownAccount
         self.enrolledBy = enrolledBy
         self.signature = signature
+        self.signedAfter = signedAfter
+        self.coSignedBy = coSignedBy
+        self.coSignature = coSignature
     }
 
-    /// The bytes the administrator signs.
+    /// The bytes both administrators sign: the change's fields after a label, and ``signedAfter``
+    /// (`…/v2`); a change recorded in storage format 1 keeps format 1's bytes (`…/v1`, no
+    /// ``signedAfter``), so its signature still verifies.
     public var signedMessage: [UInt8] {
         var writer = ByteWriter()
-        writer.string("ownership-ledger/staff-enrolled/v1")
+        writer.string(signedAfter == nil ? "ownership-ledger/staff-enrolled/v1" : "ownership-ledger/staff-enrolled/v2")
         writer.string(staff)
         writer.u8(roles.rawValue)
         writer.bytes(publicKey)
         writer.optional(ownAccount) { $0.raw($1.bytes) }
         writer.optional(enrolledBy) { $0.string($1) }
+        if let signedAfter { writer.u64(signedAfter) }
         return writer.output
     }
 }
@@ -251,20 +269,119 @@ public struct StaffRemoved: Equatable, Sendable {
     public var staff: StaffID
     public var removedBy: StaffID
     public var signature: [UInt8]
+    /// As ``StaffEnrolled/signedAfter``.
+    public var signedAfter: UInt64?
+    /// As ``StaffEnrolled/coSignedBy``.
+    public var coSignedBy: StaffID?
+    public var coSignature: [UInt8]
 
-    public init(staff: StaffID, removedBy: StaffID, signature: [UInt8]) {
+    public init(
+        staff: StaffID, removedBy: StaffID, signature: [UInt8], signedAfter: UInt64? = nil, coSignedBy: StaffID? = nil,
+        coSignature: [UInt8] = []
+    ) {
         self.staff = staff
         self.removedBy = removedBy
         self.signature = signature
+        self.signedAfter = signedAfter
+        self.coSignedBy = coSignedBy
+        self.coSignature = coSignature
     }
 
-    /// The bytes the administrator signs.
+    /// The bytes both administrators sign (as ``StaffEnrolled/signedMessage``).
     public var signedMessage: [UInt8] {
         var writer = ByteWriter()
-        writer.string("ownership-ledger/staff-removed/v1")
+        writer.string(signedAfter == nil ? "ownership-ledger/staff-removed/v1" : "ownership-ledger/staff-removed/v2")
         writer.string(staff)
         writer.string(removedBy)
+        if let signedAfter { writer.u64(signedAfter) }
         return writer.output
+    }
+}
+
+/// A change of the support roster, as an administrator signs it.
+public enum RosterChange: Equatable, Sendable {
+    case enroll(StaffEnrolled)
+    case remove(StaffRemoved)
+
+    /// The staff member the change is about.
+    public var staff: StaffID {
+        switch self {
+        case .enroll(let e): e.staff
+        case .remove(let e): e.staff
+        }
+    }
+
+    /// The administrator who signed it first (nil: the first administrator, set by `init`).
+    public var signer: StaffID? {
+        switch self {
+        case .enroll(let e): e.enrolledBy
+        case .remove(let e): e.removedBy
+        }
+    }
+
+    public var signature: [UInt8] {
+        switch self {
+        case .enroll(let e): e.signature
+        case .remove(let e): e.signature
+        }
+    }
+
+    public var signedAfter: UInt64? {
+        switch self {
+        case .enroll(let e): e.signedAfter
+        case .remove(let e): e.signedAfter
+        }
+    }
+
+    public var coSignedBy: StaffID? {
+        switch self {
+        case .enroll(let e): e.coSignedBy
+        case .remove(let e): e.coSignedBy
+        }
+    }
+
+    public var coSignature: [UInt8] {
+        switch self {
+        case .enroll(let e): e.coSignature
+        case .remove(let e): e.coSignature
+        }
+    }
+
+    /// The bytes every administrator signing the change signs.
+    public var signedMessage: [UInt8] {
+        switch self {
+        case .enroll(let e): e.signedMessage
+        case .remove(let e): e.signedMessage
+        }
+    }
+
+    /// The same change with the second administrator's signature.
+    public func coSigned(by administrator: StaffID, signature: [UInt8]) -> RosterChange {
+        switch self {
+        case .enroll(var e):
+            (e.coSignedBy, e.coSignature) = (administrator, signature)
+            return .enroll(e)
+        case .remove(var e):
+            (e.coSignedBy, e.coSignature) = (administrator, signature)
+            return .remove(e)
+        }
+    }
+
+    /// The event that applies the change to the roster.
+    public var event: LedgerEvent {
+        switch self {
+        case .enroll(let e): .staffEnrolled(e)
+        case .remove(let e): .staffRemoved(e)
+        }
+    }
+
+    /// The change an event applies, if it is a roster change.
+    public init?(_ event: LedgerEvent) {
+        switch event {
+        case .staffEnrolled(let e): self = .enroll(e)
+        case .staffRemoved(let e): self = .remove(e)
+        default: return nil
+        }
     }
 }
 
@@ -347,10 +464,13 @@ public struct TransferApplied: Equatable, Sendable {
     public var target: AccountID
     /// The staff member who ran `--apply`.
     public var appliedBy: StaffID
+    /// Ed25519 signature of ``appliedBy`` over ``signedMessage``; empty for a transfer applied in
+    /// storage format 1, which recorded none.
+    public var signature: [UInt8]
 
     public init(
         caseId: String, planDigest: Digest32, lineage: LineageKey, source: PlanSource, target: AccountID,
-        appliedBy: StaffID
+        appliedBy: StaffID, signature: [UInt8] = []
     ) {
         self.caseId = caseId
         self.planDigest = planDigest
@@ -358,6 +478,21 @@ public struct TransferApplied: Equatable, Sendable {
         self.source = source
         self.target = target
         self.appliedBy = appliedBy
+        self.signature = signature
+    }
+
+    /// The bytes the applier signs: the case, the plan digest both other staff members signed (it
+    /// covers the lineage, source and target) and the applier.
+    public var signedMessage: [UInt8] { Self.signedMessage(caseId: caseId, planDigest: planDigest, appliedBy: appliedBy) }
+
+    /// ``signedMessage`` of an apply not made yet.
+    public static func signedMessage(caseId: String, planDigest: Digest32, appliedBy: StaffID) -> [UInt8] {
+        var writer = ByteWriter()
+        writer.string("ownership-ledger/transfer-applied/v1")
+        writer.string(caseId)
+        writer.digest(planDigest)
+        writer.string(appliedBy)
+        return writer.output
     }
 }
 
@@ -366,12 +501,16 @@ public struct TransferRefused: Equatable, Sendable {
     public var step: String
     public var staff: StaffID
     public var reason: String
+    /// The lineage the refused step concerns (the request's, or the case's), so the refusal appears in
+    /// that lineage's history; nil when none is known (a step of an unknown case, or format-1 history).
+    public var lineage: LineageKey?
 
-    public init(caseId: String, step: String, staff: StaffID, reason: String) {
+    public init(caseId: String, step: String, staff: StaffID, reason: String, lineage: LineageKey? = nil) {
         self.caseId = caseId
         self.step = step
         self.staff = staff
         self.reason = reason
+        self.lineage = lineage
     }
 }
 
@@ -395,12 +534,17 @@ public struct StoreUpgraded: Equatable, Sendable {
     public var records: UInt64
     public var headHash: Digest32
     public var merkleRoot: Digest32
+    /// How many records the upgrade wrote after this one: records 2 through `copiedRecords + 1` are
+    /// the old history re-encoded (made under format 1's rules: no apply signatures, one
+    /// administrator per roster change).
+    public var copiedRecords: UInt64
 
-    public init(fromFormat: UInt8, records: UInt64, headHash: Digest32, merkleRoot: Digest32) {
+    public init(fromFormat: UInt8, records: UInt64, headHash: Digest32, merkleRoot: Digest32, copiedRecords: UInt64) {
         self.fromFormat = fromFormat
         self.records = records
         self.headHash = headHash
         self.merkleRoot = merkleRoot
+        self.copiedRecords = copiedRecords
     }
 }
 
@@ -416,7 +560,8 @@ extension LedgerEvent {
             lineage
         case .entitlementGranted(let e): e.lineage
         case .transferRequested(let e): e.plan.lineage
-        case .transferApproved, .transferRefused, .storeUpgraded: nil
+        case .transferRefused(let e): e.lineage
+        case .transferApproved, .storeUpgraded, .rosterChangeProposed: nil
         case .transferApplied(let e): e.lineage
         case .decisionIssued(let e): e.lineage
         }
@@ -433,7 +578,8 @@ extension LedgerEvent {
             [account]
         case .entitlementGranted(let e): [e.account]
         case .staffEnrolled(let e): e.ownAccount.map { [$0] } ?? []
-        case .staffRemoved, .transferApproved, .transferRefused, .storeUpgraded: []
+        case .rosterChangeProposed(.enroll(let e)): e.ownAccount.map { [$0] } ?? []
+        case .staffRemoved, .transferApproved, .transferRefused, .storeUpgraded, .rosterChangeProposed(.remove): []
         case .transferRequested(let e): [e.plan.source.account, e.plan.target]
         case .transferApplied(let e): [e.source.account, e.target]
         case .decisionIssued(let e): e.account.map { [$0] } ?? []
@@ -455,6 +601,7 @@ extension LedgerEvent {
         case .accountDeleted: "account-deleted"
         case .staffEnrolled: "staff-enrolled"
         case .staffRemoved: "staff-removed"
+        case .rosterChangeProposed: "roster-change-proposed"
         case .transferRequested: "transfer-requested"
         case .transferApproved: "transfer-approved"
         case .transferApplied: "transfer-applied"

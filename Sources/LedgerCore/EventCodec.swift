@@ -24,7 +24,8 @@ public enum EventCodec {
     enum Tag: UInt8 {
         case transactionSubmitted = 1, notificationReceived, accountDeletionRequested, lineageBound, entitlementGranted,
             entitlementEnded, entitlementRevoked, entitlementReinstated, lineageTombstoned, accountDeleted, staffEnrolled,
-            staffRemoved, transferRequested, transferApproved, transferApplied, transferRefused, decisionIssued, storeUpgraded
+            staffRemoved, transferRequested, transferApproved, transferApplied, transferRefused, decisionIssued, storeUpgraded,
+            rosterChangeProposed
     }
 
     /// App Store Server Notification types, code = index + 1 (code 0: the type follows as a string).
@@ -142,15 +143,23 @@ public enum EventCodec {
                 w.shortString(e.staff)
                 w.u8(e.roles.rawValue)
                 w.shortBytes(e.publicKey)
-                w.u8((e.ownAccount == nil ? 0 : 1) | (e.enrolledBy == nil ? 0 : 2))
+                w.u8(
+                    (e.ownAccount == nil ? 0 : 1) | (e.enrolledBy == nil ? 0 : 2) | (e.signedAfter == nil ? 0 : 4)
+                        | (e.coSignedBy == nil ? 0 : 8))
                 if let account = e.ownAccount, flags & accountFlag == 0 { w.key(account.key) }
                 if let enrolledBy = e.enrolledBy { w.shortString(enrolledBy) }
                 w.shortBytes(e.signature)
+                signatures(e.signedAfter, e.coSignedBy, e.coSignature, &w)
             case .staffRemoved(let e):
                 w.u8(Tag.staffRemoved.rawValue)
                 w.shortString(e.staff)
                 w.shortString(e.removedBy)
                 w.shortBytes(e.signature)
+                w.u8((e.signedAfter == nil ? 0 : 4) | (e.coSignedBy == nil ? 0 : 8))
+                signatures(e.signedAfter, e.coSignedBy, e.coSignature, &w)
+            case .rosterChangeProposed(let change):
+                w.u8(Tag.rosterChangeProposed.rawValue)
+                encode(change.event, into: &w)
             case .transferRequested(let e):
                 let plan = e.plan
                 let flags = flag(plan.lineage) | flag(plan.source.account)
@@ -184,12 +193,16 @@ public enum EventCodec {
                 if flags & accountFlag == 0 { w.key(e.source.account.key) }
                 w.key(e.target.key)
                 w.shortString(e.appliedBy)
+                w.shortBytes(e.signature)
             case .transferRefused(let e):
-                w.u8(Tag.transferRefused.rawValue)
+                let flags = e.lineage.map { flag($0) } ?? 0
+                w.u8(Tag.transferRefused.rawValue | flags)
                 w.shortString(e.caseId)
                 w.shortString(e.step)
                 w.shortString(e.staff)
                 w.shortString(e.reason)
+                w.u8(e.lineage == nil ? 0 : 1)
+                if let lineage = e.lineage, flags & lineageFlag == 0 { w.key(lineage.key) }
             case .decisionIssued(let e):
                 let flags = (e.lineage.map { flag($0) } ?? 0) | (e.account.map { flag($0) } ?? 0)
                 w.u8(Tag.decisionIssued.rawValue | flags)
@@ -202,6 +215,16 @@ public enum EventCodec {
                 w.varint(e.records)
                 w.digest(e.headHash)
                 w.digest(e.merkleRoot)
+                w.varint(e.copiedRecords)
+            }
+        }
+
+        /// A roster change's nonce and second signature, as its flags (4, 8) announce them.
+        func signatures(_ signedAfter: UInt64?, _ coSignedBy: StaffID?, _ coSignature: [UInt8], _ w: inout ByteWriter) {
+            if let signedAfter { w.varint(signedAfter) }
+            if let coSignedBy {
+                w.shortString(coSignedBy)
+                w.shortBytes(coSignature)
             }
         }
 
@@ -415,17 +438,32 @@ public enum EventCodec {
                 let roles = StaffRoles(rawValue: try r.u8())
                 let publicKey = try r.shortBytes()
                 let flags = try r.u8()
-                guard flags & ~3 == 0 else { throw DecodingFailure("staff-enrolled with invalid flags \(flags)") }
+                guard flags & ~15 == 0 else { throw DecodingFailure("staff-enrolled with invalid flags \(flags)") }
                 if flags & 1 == 0 { try allow(head, 0, "staff-enrolled without an own account") }
                 let ownAccount = flags & 1 == 0 ? nil : try account(head, &r)
                 let enrolledBy = flags & 2 == 0 ? nil : try r.shortString()
+                let signature = try r.shortBytes()
+                let (signedAfter, coSignedBy, coSignature) = try signatures(flags, &r)
                 return .staffEnrolled(
                     StaffEnrolled(
                         staff: staff, roles: roles, publicKey: publicKey, ownAccount: ownAccount, enrolledBy: enrolledBy,
-                        signature: try r.shortBytes()))
+                        signature: signature, signedAfter: signedAfter, coSignedBy: coSignedBy, coSignature: coSignature))
             case .staffRemoved:
                 try allow(head, 0, "staff-removed")
-                return .staffRemoved(StaffRemoved(staff: try r.shortString(), removedBy: try r.shortString(), signature: try r.shortBytes()))
+                let (staff, removedBy, signature) = (try r.shortString(), try r.shortString(), try r.shortBytes())
+                let flags = try r.u8()
+                guard flags & ~12 == 0 else { throw DecodingFailure("staff-removed with invalid flags \(flags)") }
+                let (signedAfter, coSignedBy, coSignature) = try signatures(flags, &r)
+                return .staffRemoved(
+                    StaffRemoved(
+                        staff: staff, removedBy: removedBy, signature: signature, signedAfter: signedAfter, coSignedBy: coSignedBy,
+                        coSignature: coSignature))
+            case .rosterChangeProposed:
+                try allow(head, 0, "roster-change-proposed")
+                guard let change = RosterChange(try decode(&r)), change.coSignedBy == nil else {
+                    throw DecodingFailure("roster-change-proposed holds no single-signed roster change")
+                }
+                return .rosterChangeProposed(change)
             case .transferRequested:
                 try allow(head, lineageFlag | accountFlag, "transfer-requested")
                 let caseId = try r.shortString()
@@ -459,11 +497,15 @@ public enum EventCodec {
                 return .transferApplied(
                     TransferApplied(
                         caseId: caseId, planDigest: digest, lineage: lineage, source: source, target: AccountID(try r.key()),
-                        appliedBy: try r.shortString()))
+                        appliedBy: try r.shortString(), signature: try r.shortBytes()))
             case .transferRefused:
-                try allow(head, 0, "transfer-refused")
-                return .transferRefused(
-                    TransferRefused(caseId: try r.shortString(), step: try r.shortString(), staff: try r.shortString(), reason: try r.shortString()))
+                try allow(head, lineageFlag, "transfer-refused")
+                let (caseId, step, staff, reason) = (try r.shortString(), try r.shortString(), try r.shortString(), try r.shortString())
+                let flags = try r.u8()
+                guard flags & ~1 == 0 else { throw DecodingFailure("transfer-refused with invalid flags \(flags)") }
+                if flags & 1 == 0 { try allow(head, 0, "transfer-refused without a lineage") }
+                let lineage = flags & 1 == 0 ? nil : try self.lineage(head, &r)
+                return .transferRefused(TransferRefused(caseId: caseId, step: step, staff: staff, reason: reason, lineage: lineage))
             case .decisionIssued:
                 try allow(head, lineageFlag | accountFlag, "decision-issued")
                 let byte = try r.u8()
@@ -476,7 +518,9 @@ public enum EventCodec {
             case .storeUpgraded:
                 try allow(head, 0, "store-upgraded")
                 return .storeUpgraded(
-                    StoreUpgraded(fromFormat: try r.u8(), records: try r.varint(), headHash: try r.digest(), merkleRoot: try r.digest()))
+                    StoreUpgraded(
+                        fromFormat: try r.u8(), records: try r.varint(), headHash: try r.digest(), merkleRoot: try r.digest(),
+                        copiedRecords: try r.varint()))
             }
         }
 
@@ -484,6 +528,13 @@ public enum EventCodec {
             try allow(head, lineageFlag | accountFlag, name)
             let lineage = try self.lineage(head, &r)
             return (lineage, try account(head, &r))
+        }
+
+        /// A roster change's nonce and second signature, as `flags` (4, 8) announce them.
+        func signatures(_ flags: UInt8, _ r: inout ByteReader) throws(DecodingFailure) -> (UInt64?, StaffID?, [UInt8]) {
+            let signedAfter = flags & 4 == 0 ? nil : try r.varint()
+            guard flags & 8 != 0 else { return (signedAfter, nil, []) }
+            return (signedAfter, try r.shortString(), try r.shortBytes())
         }
 
         func planSource(_ kind: UInt8, account: AccountID) throws(DecodingFailure) -> PlanSource {

@@ -233,7 +233,7 @@ public enum FormatOne {
             }
             switch record.event {
             case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .staffEnrolled, .staffRemoved,
-                .transferRequested, .transferApproved, .transferRefused, .storeUpgraded:
+                .transferRequested, .transferApproved, .transferRefused, .storeUpgraded, .rosterChangeProposed:
                 close()
                 current = [record]
             case .entitlementEnded(_, _, .transferred):

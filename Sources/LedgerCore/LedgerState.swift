@@ -103,4 +103,7 @@ public struct LedgerState: Equatable, Sendable {
     }
 
     public func lineage(_ key: LineageKey) -> LineageState { lineages[key] ?? LineageState() }
+
+    /// The enrolled roster administrators, sorted.
+    public var administrators: [StaffID] { staff.filter { $0.value.roles.contains(.administrator) }.keys.sorted() }
 }

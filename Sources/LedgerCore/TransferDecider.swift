@@ -57,18 +57,89 @@ public enum TransferDecider {
 
     // MARK: Roster
 
-    /// An administrator enrols `enrolment.staff`. `signatureValid`: the administrator's signature over
-    /// ``StaffEnrolled/signedMessage`` verifies under the administrator's enrolled key.
-    public static func enroll(_ enrolment: StaffEnrolled, signatureValid: Bool, state: LedgerState) -> Outcome {
-        var checks: [Check] = []
-        let admin = enrolment.enrolledBy
-        checks.append(administratorCheck(admin, state: state))
+    /// What the caller verified about a roster change's signatures.
+    public struct RosterSignatures: Equatable, Sendable {
+        /// The first administrator's signature over ``RosterChange/signedMessage`` verifies under their enrolled key.
+        public var signatureValid: Bool
+        /// The second administrator's, when the change is co-signed.
+        public var coSignatureValid: Bool?
+
+        public init(signatureValid: Bool, coSignatureValid: Bool? = nil) {
+            self.signatureValid = signatureValid
+            self.coSignatureValid = coSignatureValid
+        }
+    }
+
+    /// An administrator changes the roster (enrols or removes a staff member). The two-person rule:
+    ///
+    /// - with two or more administrators enrolled, a change takes effect only with a second, different
+    ///   administrator's signature over the same bytes: signed by one, it is recorded as
+    ///   `rosterChangeProposed` and the roster does not change until another administrator co-signs it;
+    /// - with a single administrator (the bootstrap), the only change allowed is enrolling a second
+    ///   administrator, signed by the one there is;
+    /// - `formatOneRules`: a change recorded in storage format 1, judged by that format's rule (one
+    ///   administrator's signature).
+    ///
+    /// The outcome's events are the change's event, or the proposal; a refused change records nothing.
+    public static func changeRoster(
+        _ change: RosterChange, signatures: RosterSignatures, state: LedgerState, formatOneRules: Bool = false
+    ) -> Outcome {
+        let admin = change.signer
+        var checks = [administratorCheck(admin, state: state)]
         checks.append(
             Check(
-                name: "administrator-signature", passed: signatureValid,
-                detail: signatureValid
-                    ? "the enrolment is signed by \(admin ?? "?")'s enrolled key"
-                    : "the enrolment signature does not verify under \(admin ?? "?")'s enrolled key"))
+                name: "administrator-signature", passed: signatures.signatureValid,
+                detail: signatures.signatureValid
+                    ? "the change is signed by \(admin ?? "?")'s enrolled key"
+                    : "the change's signature does not verify under \(admin ?? "?")'s enrolled key"))
+        switch change {
+        case .enroll(let enrolment): checks += enrolmentChecks(enrolment, state: state)
+        case .remove(let removal): checks += removalChecks(removal, state: state)
+        }
+        let administrators = state.administrators
+        var events = [change.event]
+        if let coSigner = change.coSignedBy {
+            checks.append(administratorCheck(coSigner, state: state, name: "co-administrator-enrolled"))
+            let sameKey = state.staff[coSigner].map { $0.publicKey == admin.flatMap { state.staff[$0] }?.publicKey } ?? false
+            let independent = coSigner != admin && !sameKey
+            checks.append(
+                Check(
+                    name: "co-administrator-independent", passed: independent,
+                    detail: independent
+                        ? "\(coSigner) is a second administrator" : "\(coSigner) signed the change already: two different administrators must sign"))
+            let valid = signatures.coSignatureValid ?? false
+            checks.append(
+                Check(
+                    name: "co-administrator-signature", passed: valid,
+                    detail: valid
+                        ? "\(coSigner) signed the same change with their enrolled key"
+                        : "\(coSigner)'s signature does not verify over this change under their enrolled key"))
+        } else if formatOneRules {
+            checks.append(Check(name: "format-1-rules", passed: true, detail: "recorded in storage format 1: one administrator signed"))
+        } else if administrators.count >= 2 {
+            checks.append(
+                Check(
+                    name: "second-administrator", passed: true,
+                    detail:
+                        "\(administrators.count) administrators are enrolled: the change takes effect once another administrator co-signs it"))
+            events = [.rosterChangeProposed(change)]
+        } else {
+            let bootstrap: Bool
+            if case .enroll(let enrolment) = change { bootstrap = enrolment.roles.contains(.administrator) } else { bootstrap = false }
+            checks.append(
+                Check(
+                    name: "bootstrap", passed: bootstrap,
+                    detail: bootstrap
+                        ? "the only administrator enrols a second administrator; from then on every roster change needs two administrators"
+                        : "with a single administrator the only roster change allowed is enrolling a second administrator (the bootstrap): enrol one, then every roster change needs two administrators' signatures"
+                ))
+        }
+        let accepted = checks.allSatisfy(\.passed)
+        return Outcome(checks: checks, events: accepted ? events : [])
+    }
+
+    private static func enrolmentChecks(_ enrolment: StaffEnrolled, state: LedgerState) -> [Check] {
+        var checks: [Check] = []
         let known = state.staff[enrolment.staff] != nil
         checks.append(
             Check(
@@ -85,43 +156,31 @@ public enum TransferDecider {
                 name: "key-unique", passed: sharedKey == nil && enrolment.publicKey.count == 32,
                 detail: sharedKey.map { "the public key is already enrolled for \($0): each person has their own key" }
                     ?? (enrolment.publicKey.count == 32 ? "the public key is not enrolled for anyone else" : "not a 32-byte Ed25519 key")))
-        let accepted = checks.allSatisfy(\.passed)
-        return Outcome(checks: checks, events: accepted ? [.staffEnrolled(enrolment)] : [])
+        return checks
     }
 
-    /// An administrator removes `removal.staff`. `signatureValid` as for ``enroll(_:signatureValid:state:)``.
-    public static func remove(_ removal: StaffRemoved, signatureValid: Bool, state: LedgerState) -> Outcome {
-        var checks: [Check] = [administratorCheck(removal.removedBy, state: state)]
-        checks.append(
-            Check(
-                name: "administrator-signature", passed: signatureValid,
-                detail: signatureValid
-                    ? "the removal is signed by \(removal.removedBy)'s enrolled key"
-                    : "the removal signature does not verify under \(removal.removedBy)'s enrolled key"))
+    private static func removalChecks(_ removal: StaffRemoved, state: LedgerState) -> [Check] {
         let member = state.staff[removal.staff]
-        checks.append(
+        let otherAdministrators = state.administrators.filter { $0 != removal.staff }
+        let leavesAdministrator = member?.roles.contains(.administrator) != true || !otherAdministrators.isEmpty
+        return [
             Check(
                 name: "staff-enrolled", passed: member != nil,
-                detail: member == nil ? "\(removal.staff) is not enrolled" : "\(removal.staff) is enrolled"))
-        let otherAdministrators = state.staff.filter { $0.key != removal.staff && $0.value.roles.contains(.administrator) }
-        let leavesAdministrator = member?.roles.contains(.administrator) != true || !otherAdministrators.isEmpty
-        checks.append(
+                detail: member == nil ? "\(removal.staff) is not enrolled" : "\(removal.staff) is enrolled"),
             Check(
                 name: "administrator-remains", passed: leavesAdministrator,
                 detail: leavesAdministrator
-                    ? "the roster keeps an administrator" : "\(removal.staff) is the last administrator; enrol another first"))
-        let accepted = checks.allSatisfy(\.passed)
-        return Outcome(checks: checks, events: accepted ? [.staffRemoved(removal)] : [])
+                    ? "the roster keeps an administrator" : "\(removal.staff) is the last administrator; enrol another first"),
+        ]
     }
 
-    private static func administratorCheck(_ admin: StaffID?, state: LedgerState) -> Check {
+    private static func administratorCheck(_ admin: StaffID?, state: LedgerState, name: String = "administrator-enrolled") -> Check {
         guard let admin else {
-            return Check(name: "administrator-enrolled", passed: false, detail: "no administrator named")
+            return Check(name: name, passed: false, detail: "no administrator named")
         }
         let ok = state.staff[admin]?.roles.contains(.administrator) == true
         return Check(
-            name: "administrator-enrolled", passed: ok,
-            detail: ok ? "\(admin) is an enrolled administrator" : "\(admin) is not an enrolled roster administrator")
+            name: name, passed: ok, detail: ok ? "\(admin) is an enrolled administrator" : "\(admin) is not an enrolled roster administrator")
     }
 
     // MARK: Transfer steps
@@ -180,17 +239,17 @@ public enum TransferDecider {
             checks: checks,
             events: accepted
                 ? [.transferRequested(request)]
-                : [.transferRefused(refusal(plan.caseId, "request", request.requestedBy, checks))])
+                : [.transferRefused(refusal(plan.caseId, "request", request.requestedBy, checks, lineage: plan.lineage))])
     }
 
     /// A request for a lineage nobody owns: refused, there is nothing to recover.
-    public static func unownedLineage(caseId: String, requestedBy: StaffID) -> Outcome {
+    public static func unownedLineage(caseId: String, requestedBy: StaffID, lineage: LineageKey) -> Outcome {
         let checks = [
             Check(
                 name: "lineage-owned", passed: false,
                 detail: "the lineage is not bound to any account: there is nothing to recover (the customer can restore directly)")
         ]
-        return Outcome(checks: checks, events: [.transferRefused(refusal(caseId, "request", requestedBy, checks))])
+        return Outcome(checks: checks, events: [.transferRefused(refusal(caseId, "request", requestedBy, checks, lineage: lineage))])
     }
 
     /// A different approver signs the request's plan. `facts.approvalSignatureValid`: the approver's
@@ -221,23 +280,21 @@ public enum TransferDecider {
             checks: checks,
             events: accepted
                 ? [.transferApproved(approval)]
-                : [.transferRefused(refusal(approval.caseId, "approve", approval.approvedBy, checks))])
+                : [.transferRefused(refusal(approval.caseId, "approve", approval.approvedBy, checks, lineage: transfer.request.plan.lineage))])
     }
 
     /// Every safeguard of applying case `caseId`, and the events applying it appends: the end of the
     /// previous account's live entitlement, then `transferApplied`. Never grants.
     ///
     /// - Parameters:
-    ///   - appliedBy: who runs the apply; nil for a dry run (the applier checks are left out).
-    ///   - applierKeyMatches: the applier's key is the one enrolled for them.
+    ///   - applier: who runs the apply, with their signature; nil for a dry run (the applier checks are left out).
     ///   - currentVersion: the lineage's version now; the request itself is one event on the lineage,
     ///     so an unchanged lineage is at `plan.lineageVersion + 1`.
     public static func apply(
-        caseId: String, appliedBy: StaffID?, applierKeyMatches: Bool, facts: SignatureFacts, currentVersion: UInt64,
-        state: LedgerState
+        caseId: String, applier: Applier?, facts: SignatureFacts, currentVersion: UInt64, state: LedgerState
     ) -> Outcome {
         var checks: [Check] = []
-        let staff = appliedBy ?? ""
+        let staff = applier?.staff ?? ""
         guard let transfer = state.transfers[caseId] else {
             checks.append(Check(name: "case-exists", passed: false, detail: "no transfer was requested for case \(caseId)"))
             return Outcome(checks: checks, events: [.transferRefused(refusal(caseId, "apply", staff, checks))])
@@ -281,27 +338,51 @@ public enum TransferDecider {
                     ? "the lineage has not changed since the plan was signed"
                     : "the plan is stale: the lineage changed after it was signed (version \(currentVersion), signed at \(plan.lineageVersion)); open a new case"
             ))
-        if let appliedBy {
-            let member = state.staff[appliedBy]
-            let authorised = member.map { !$0.roles.isDisjoint(with: [.operator_, .approver]) } ?? false
+        if let applier {
+            let authorised = isApplier(applier.staff, state: state)
             checks.append(
                 Check(
                     name: "applier-enrolled", passed: authorised,
-                    detail: authorised ? "\(appliedBy) is enrolled support staff" : "\(appliedBy) is not enrolled as an operator or approver"))
+                    detail: authorised ? "\(applier.staff) is enrolled support staff" : "\(applier.staff) is not enrolled as an operator or approver")
+            )
             checks.append(
                 Check(
-                    name: "applier-key", passed: authorised && applierKeyMatches,
-                    detail: applierKeyMatches ? "the key given is \(appliedBy)'s enrolled key" : "the key given is not \(appliedBy)'s enrolled key"))
+                    name: "applier-signature", passed: authorised && applier.signatureValid,
+                    detail: applier.signatureValid
+                        ? "\(applier.staff) signed the apply with their enrolled key"
+                        : "the apply's signature does not verify under \(applier.staff)'s enrolled key (the key given is not theirs)"))
         }
         guard checks.allSatisfy(\.passed) else {
-            return Outcome(checks: checks, events: [.transferRefused(refusal(caseId, "apply", staff, checks))])
+            return Outcome(checks: checks, events: [.transferRefused(refusal(caseId, "apply", staff, checks, lineage: plan.lineage))])
         }
-        return Outcome(checks: checks, events: effects(of: request, appliedBy: staff, state: state))
+        return Outcome(
+            checks: checks, events: effects(of: request, appliedBy: staff, signature: applier?.signature ?? [], state: state))
+    }
+
+    /// Who applies a transfer: the staff member, their signature over ``TransferApplied/signedMessage``
+    /// and whether it verifies under their enrolled key.
+    public struct Applier: Equatable, Sendable {
+        public var staff: StaffID
+        public var signature: [UInt8]
+        public var signatureValid: Bool
+
+        public init(staff: StaffID, signature: [UInt8], signatureValid: Bool) {
+            self.staff = staff
+            self.signature = signature
+            self.signatureValid = signatureValid
+        }
+    }
+
+    /// Whether `staff` may apply a transfer: an enrolled operator or approver.
+    public static func isApplier(_ staff: StaffID, state: LedgerState) -> Bool {
+        state.staff[staff].map { !$0.roles.isDisjoint(with: [.operator_, .approver]) } ?? false
     }
 
     /// The events applying `request` appends: `entitlementEnded(.transferred)` when the previous
-    /// account holds a live entitlement, then `transferApplied`.
-    public static func effects(of request: TransferRequested, appliedBy: StaffID, state: LedgerState) -> [LedgerEvent] {
+    /// account holds a live entitlement, then `transferApplied` signed by the applier.
+    public static func effects(
+        of request: TransferRequested, appliedBy: StaffID, signature: [UInt8] = [], state: LedgerState
+    ) -> [LedgerEvent] {
         let plan = request.plan
         var events: [LedgerEvent] = []
         if let entitlement = state.lineage(plan.lineage).entitlement, entitlement.account == plan.source.account,
@@ -313,7 +394,7 @@ public enum TransferDecider {
             .transferApplied(
                 TransferApplied(
                     caseId: plan.caseId, planDigest: request.planDigest, lineage: plan.lineage, source: plan.source,
-                    target: plan.target, appliedBy: appliedBy)))
+                    target: plan.target, appliedBy: appliedBy, signature: signature)))
         return events
     }
 
@@ -344,7 +425,10 @@ public enum TransferDecider {
         checks.append(
             Check(
                 name: "approval-same-plan", passed: samePlan,
-                detail: samePlan ? "the approval is for the requested plan" : "the approval is for a different plan digest"))
+                detail: samePlan
+                    ? "the approval is for the requested plan"
+                    : "the approval is for plan digest \(approval.planDigest.hex), but the case's recorded plan has digest \(request.planDigest.hex): the plan reviewed is not the one recorded"
+            ))
         checks.append(
             Check(
                 name: "approver-signature", passed: signatureValid && samePlan,
@@ -381,9 +465,11 @@ public enum TransferDecider {
         return checks
     }
 
-    private static func refusal(_ caseId: String, _ step: String, _ staff: StaffID, _ checks: [Check]) -> TransferRefused {
+    private static func refusal(
+        _ caseId: String, _ step: String, _ staff: StaffID, _ checks: [Check], lineage: LineageKey? = nil
+    ) -> TransferRefused {
         let reason = checks.filter { !$0.passed }.map { "\($0.name): \($0.detail)" }.joined(separator: "; ")
-        return TransferRefused(caseId: caseId, step: step, staff: staff, reason: reason)
+        return TransferRefused(caseId: caseId, step: step, staff: staff, reason: reason, lineage: lineage)
     }
 
     static func describe(_ source: PlanSource) -> String {

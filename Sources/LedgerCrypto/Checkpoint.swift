@@ -67,7 +67,7 @@ public struct Checkpoint: Equatable, Sendable {
 
     /// The signed note: ``body``, a blank line, and one signature line by `key` under `keyName`.
     /// Throws ``CheckpointError`` for a key name that is empty or contains whitespace, "+" or a control character.
-    public func signed(by key: Ed25519PrivateKey, keyName: String) throws -> String {
+    public func signed(by key: some LedgerSigner, keyName: String) throws -> String {
         guard Checkpoint.isValidKeyName(keyName) else {
             throw CheckpointError("key name must be non-empty with no whitespace, '+' or control character")
         }

@@ -208,3 +208,17 @@ public struct Ed25519PublicKey: Sendable, Hashable {
         Array(try Digest.sha256(Array(name.utf8), [0x0a, 0x01], rawRepresentation).prefix(4))
     }
 }
+
+/// What signs for the ledger and its staff: an Ed25519 key that can sign and tell its public key.
+/// Every signature the ledger makes (checkpoints, dispute and evidence bundles, support steps) goes
+/// through it, so a key that never leaves its device (an HSM, a smart card, a signing service)
+/// can stand behind it without changing any caller; today's implementation is a key file's key
+/// held in memory (``Ed25519PrivateKey``).
+public protocol LedgerSigner: Sendable {
+    /// The public key that verifies this signer's signatures.
+    var publicKey: Ed25519PublicKey { get }
+    /// An Ed25519 signature (RFC 8032, 64 bytes) of `message`.
+    func sign(_ message: [UInt8]) throws -> [UInt8]
+}
+
+extension Ed25519PrivateKey: LedgerSigner {}

@@ -32,6 +32,9 @@ public struct ReplayReport: Sendable {
     public var events: UInt64
     public var chainFault: ChainFault?
     public var violations: [InvariantViolation]
+    /// Support steps of history an upgrade copied from storage format 1 that format 2 would require
+    /// more signatures of (``InvariantChecker/formatOneNotes``): not violations.
+    public var formatOneNotes: [InvariantViolation] = []
     /// Read-model entries that differ between the persisted models and a fresh replay.
     public var readModelDifferences: [String]
     /// Entries of the derived indexes (`commands`, `lineages`, `account-lineages`, `merkle`) that
@@ -447,6 +450,7 @@ struct Analysis {
                 violations: fold.checker.violations, readModelDifferences: [], indexDifferences: [], lineages: state.lineages.count),
             head: head, pass: pass, passCount: count, deletionsWhileBound: fold.checker.deletionsWhileBound,
             expected: ReadModel.OrderedEntries(state))
+        analysis.report.formatOneNotes = fold.checker.formatOneNotes
         analysis.caseLineages = state.transfers.mapValues { $0.request.plan.lineage }
         try analysis.compareReadModels(reader)
         if hashing {

@@ -71,7 +71,8 @@ public enum FormatOneUpgrade {
         let store = try LedgerStore.create(at: new, configuration: summary.configuration, keyFiles: keyFiles)
         var appender = try LogAppender(head: LogHead())
         let upgraded = StoreUpgraded(
-            fromFormat: 1, records: summary.records, headHash: summary.headHash, merkleRoot: summary.merkleRoot)
+            fromFormat: 1, records: summary.records, headHash: summary.headHash, merkleRoot: summary.merkleRoot,
+            copiedRecords: summary.batches)
         try appender.append(
             recordedAt: summary.firstRecordedAt ?? clock(), at: clock(),
             command: try store.keys.command("upgrade|format 1|\(summary.headHash.hex)"), attempt: 0, events: [.storeUpgraded(upgraded)])
@@ -109,6 +110,11 @@ public enum FormatOneUpgrade {
         }
         if let last = batcher.finish() { try add(last) }
         try flush()
+        guard appender.head.sequence == 1 + summary.batches else {
+            throw LedgerStoreError.corrupt(
+                "the upgrade wrote \(appender.head.sequence - 1) records after record 1, which announced \(summary.batches): the new store in \(newPath) is left for inspection; the old store is unchanged"
+            )
+        }
         progress?(.copying, summary.records, summary.records)
         // 5. The vault, then read models and indexes from the log, then the new store's verify.
         var identities = 0
@@ -204,10 +210,13 @@ final class FormatOneSource {
         var merkleRoot: Digest32
         var firstRecordedAt: Timestamp?
         var configuration: [UInt8]
+        /// The format-2 records the old log becomes: its commands (``FormatOne/Batcher``).
+        var batches: UInt64
     }
 
     /// Streams the old log once: each record decodes, is the next sequence, links to the previous
-    /// hash and hashes to its stored hash; the last one is the head the metadata names.
+    /// hash and hashes to its stored hash; the last one is the head the metadata names. Counts the
+    /// commands the records group into (the format-2 records the upgrade writes).
     func verify(progress: (UInt64, UInt64) -> Void) throws -> Summary {
         try environment.read { txn in
             guard let headSequence = try txn.get("meta", Array("head-sequence".utf8)).flatMap(u64),
@@ -218,6 +227,8 @@ final class FormatOneSource {
             var previous = Digest32.zero
             var count: UInt64 = 0
             var first: Timestamp?
+            var batcher = FormatOne.Batcher()
+            var batches: UInt64 = 0
             try txn.scan("log", from: []) { key, stored in
                 guard let sequence = u64(key), sequence == count + 1 else {
                     throw LedgerStoreError.corrupt("format-1 record \(count + 1) is missing: the old chain does not verify; nothing was upgraded")
@@ -232,6 +243,7 @@ final class FormatOneSource {
                 try MerkleLog.append(try hasher.leafHash(stored), count: count, frontier: &frontier, hasher: hasher) { _, _, _ in }
                 previous = hash
                 count = sequence
+                batches += UInt64(batcher.add(record).count)
                 if first == nil { first = record.recordedAt }
                 if sequence % 10_000 == 0 { progress(sequence, headSequence) }
                 return true
@@ -244,7 +256,7 @@ final class FormatOneSource {
             progress(count, headSequence)
             return Summary(
                 records: count, headHash: headHash, merkleRoot: try MerkleLog.root(frontier: frontier, hasher: hasher), firstRecordedAt: first,
-                configuration: try txn.get("meta", Array("configuration".utf8)) ?? [])
+                configuration: try txn.get("meta", Array("configuration".utf8)) ?? [], batches: batches + (batcher.finish() == nil ? 0 : 1))
         }
     }
 

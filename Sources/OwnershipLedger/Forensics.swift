@@ -63,7 +63,7 @@ public enum Forensics {
             .lineageTombstoned, .accountDeleted, .decisionIssued:
             true
         case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .staffEnrolled, .staffRemoved,
-            .transferRequested, .transferApproved, .transferApplied, .transferRefused, .storeUpgraded:
+            .transferRequested, .transferApproved, .transferApplied, .transferRefused, .storeUpgraded, .rosterChangeProposed:
             false
         }
     }

@@ -33,8 +33,33 @@ public enum RecordJSON {
         return object
     }
 
-    /// The event's own fields (with `wide`, as format 1 stored its identifiers).
+    /// The event's own fields (with `wide`, as format 1 stored its identifiers and rendered them: the
+    /// fields format 2 added are left out, so a format-1 bundle's records render as they were exported).
     public static func fields(of event: LedgerEvent, wide: FormatOne.WideKeys? = nil) -> JSONObject {
+        var object = formatOneFields(of: event, wide: wide)
+        guard wide == nil else { return object }
+        func signatures(_ signedAfter: UInt64?, _ coSignedBy: StaffID?, _ coSignature: [UInt8]) {
+            object["signedAfter"] = signedAfter.map { $0 as Any } ?? NSNull()
+            object["coSignedBy"] = coSignedBy ?? NSNull()
+            object["coSignature"] = coSignature.hex
+        }
+        switch event {
+        case .staffEnrolled(let e): signatures(e.signedAfter, e.coSignedBy, e.coSignature)
+        case .staffRemoved(let e): signatures(e.signedAfter, e.coSignedBy, e.coSignature)
+        case .rosterChangeProposed(let change):
+            var proposed = fields(of: change.event)
+            proposed["event"] = change.event.name
+            object["change"] = proposed
+        case .transferApplied(let e): object["signature"] = e.signature.hex
+        case .transferRefused(let e): object["lineage"] = e.lineage?.description ?? NSNull()
+        case .storeUpgraded(let e): object["copiedRecords"] = e.copiedRecords
+        default: break
+        }
+        return object
+    }
+
+    /// The fields format 1 rendered.
+    private static func formatOneFields(of event: LedgerEvent, wide: FormatOne.WideKeys?) -> JSONObject {
         func lineage(_ key: LineageKey) -> String { key.description + (wide?.lineageSuffix?.hex ?? "") }
         func transaction(_ t: TransactionFacts) -> JSONObject {
             [
@@ -80,6 +105,8 @@ public enum RecordJSON {
             ]
         case .staffRemoved(let e):
             return ["staff": e.staff, "removedBy": e.removedBy, "signature": e.signature.hex]
+        case .rosterChangeProposed:
+            return [:]
         case .transferRequested(let e):
             return [
                 "caseId": e.plan.caseId, "lineage": lineage(e.plan.lineage), "source": source(e.plan.source),

@@ -6,9 +6,14 @@ public import Projections
 
 /// What a support step did (or, for a dry run, would do).
 public struct SupportOutcome: Sendable {
-    /// `enroll`, `remove`, `request`, `approve`, `dry-run` or `apply`.
+    /// `enroll`, `remove`, `propose` (a roster change awaiting a second administrator), `cosign`,
+    /// `review-change` (a proposed roster change shown, nothing appended), `request`, `approve`,
+    /// `dry-run` or `apply`.
     public var step: String
     public var caseId: String?
+    /// A roster change, with SHA-256 of the bytes its administrators sign (what `cosign --change` names).
+    public var rosterChange: RosterChange?
+    public var changeDigest: Digest32?
     /// The plan of the case, when there is one.
     public var plan: TransferPlan?
     public var planDigest: Digest32?
@@ -99,13 +104,25 @@ public struct SupportInputError: Error, CustomStringConvertible, Equatable, Send
     public var description: String { "the \(field.rawValue) \(problem)" }
 }
 
-/// One audit entry with its signature checked again against the roster as it was at that point.
+/// One audit entry with its signatures checked again against the roster as it was at that point.
 public struct AuditRecord: Sendable {
     public var entry: AuditEntry
-    /// Who signed (the administrator, operator or approver), for signed support events.
+    /// Who signed (the administrator, operator, approver or applier), for signed support events.
     public var signer: StaffID?
-    /// `valid`, `invalid`, `unsigned-first-administrator` (set by `init`), or nil for unsigned entries.
+    /// `valid`, `invalid`, `unsigned-first-administrator` (set by `init`), `unsigned-format-1` (an
+    /// apply recorded in storage format 1, which kept no apply signature), or nil for unsigned entries.
     public var signature: String?
+    /// The second administrator of a co-signed roster change.
+    public var coSigner: StaffID?
+    /// For a roster change: `valid` or `invalid` (co-signed), `missing` (signed by one administrator
+    /// while two or more were enrolled: a violation), `not-required-bootstrap` (the only administrator
+    /// enrolled the second), `not-required-format-1` (recorded under storage format 1's rules).
+    public var coSignature: String?
+    /// For a roster change or proposal: SHA-256 of the bytes its administrators sign.
+    public var changeDigest: Digest32?
+
+    /// Every signature of the entry that was checked verifies.
+    public var isValid: Bool { signature != "invalid" && coSignature != "invalid" && coSignature != "missing" }
 }
 
 extension Ledger {
@@ -134,11 +151,15 @@ extension Ledger {
         }
     }
 
-    /// An administrator enrols a staff member; the administrator's key signs the enrolment.
-    /// Throws ``SupportRefusal`` (appending nothing) when a safeguard fails.
+    /// An administrator enrols a staff member; the administrator's key signs the enrolment. With two or
+    /// more administrators enrolled, the enrolment is recorded as a proposal (step `propose`, with its
+    /// ``SupportOutcome/changeDigest``) that takes effect when another administrator co-signs it
+    /// (``coSignRosterChange(digest:administrator:key:at:)``); with a single administrator, only a second
+    /// administrator can be enrolled (the bootstrap). Throws ``SupportRefusal`` (appending nothing) when a
+    /// safeguard fails.
     public func enrollStaff(
         _ staff: StaffID, roles: StaffRoles, publicKey: Ed25519PublicKey, ownAccountUID: String?, administrator: StaffID,
-        administratorKey: Ed25519PrivateKey, at: Timestamp? = nil
+        administratorKey: some LedgerSigner, at: Timestamp? = nil
     ) throws -> SupportOutcome {
         try Self.checkIdentifier(staff, field: .staff)
         try Self.checkIdentifier(administrator, field: .administrator)
@@ -146,43 +167,109 @@ extension Ledger {
             let ownAccount = try ownAccountUID.map { try group.pseudonym(forUID: $0) }
             var enrolment = StaffEnrolled(
                 staff: staff, roles: roles, publicKey: publicKey.rawRepresentation, ownAccount: ownAccount,
-                enrolledBy: administrator, signature: [])
+                enrolledBy: administrator, signature: [], signedAfter: group.appender.head.sequence)
             enrolment.signature = try administratorKey.sign(enrolment.signedMessage)
-            return try changeRoster(
-                "enroll", staff: staff, administrator: administrator, signature: enrolment.signature,
-                message: enrolment.signedMessage, at: at, group: &group
-            ) { valid, state in TransferDecider.enroll(enrolment, signatureValid: valid, state: state) }
+            return try changeRoster(.enroll(enrolment), step: "enroll", at: at, group: &group)
         }
     }
 
-    /// An administrator removes a staff member, who can no longer request, approve or apply.
+    /// An administrator removes a staff member, who can no longer request, approve or apply. The
+    /// two-person rule of ``enrollStaff(_:roles:publicKey:ownAccountUID:administrator:administratorKey:at:)`` applies.
     public func removeStaff(
-        _ staff: StaffID, administrator: StaffID, administratorKey: Ed25519PrivateKey, at: Timestamp? = nil
+        _ staff: StaffID, administrator: StaffID, administratorKey: some LedgerSigner, at: Timestamp? = nil
     ) throws -> SupportOutcome {
         try Self.checkIdentifier(staff, field: .staff)
         try Self.checkIdentifier(administrator, field: .administrator)
         return try supportStep { group in
-            var removal = StaffRemoved(staff: staff, removedBy: administrator, signature: [])
+            var removal = StaffRemoved(staff: staff, removedBy: administrator, signature: [], signedAfter: group.appender.head.sequence)
             removal.signature = try administratorKey.sign(removal.signedMessage)
-            return try changeRoster(
-                "remove", staff: staff, administrator: administrator, signature: removal.signature, message: removal.signedMessage,
-                at: at, group: &group
-            ) { valid, state in TransferDecider.remove(removal, signatureValid: valid, state: state) }
+            return try changeRoster(.remove(removal), step: "remove", at: at, group: &group)
         }
     }
 
-    /// A signed roster change: checks the administrator's signature against the roster, decides,
-    /// and appends, or throws ``SupportRefusal`` recording nothing.
-    private func changeRoster(
-        _ step: String, staff: StaffID, administrator: StaffID, signature: [UInt8], message: [UInt8], at: Timestamp?,
-        group: inout WriteGroup, decide: (_ signatureValid: Bool, _ state: LedgerState) -> TransferDecider.Outcome
+    /// A second administrator co-signs the proposed roster change whose digest is `digest` (printed when
+    /// it was proposed, and by `ledger audit`): the change takes effect. Throws ``SupportRefusal``
+    /// (appending nothing) when no such change awaits a signature or a safeguard fails.
+    public func coSignRosterChange(
+        digest: Digest32, administrator: StaffID, key: some LedgerSigner, at: Timestamp? = nil
     ) throws -> SupportOutcome {
+        try Self.checkIdentifier(administrator, field: .administrator)
+        return try supportStep { group in
+            let (change, checks) = try proposedChange(digest, step: "cosign", in: &group)
+            let state = group.state
+            let message = change.signedMessage
+            let coSigned = change.coSigned(by: administrator, signature: try key.sign(message))
+            var decided = TransferDecider.changeRoster(
+                coSigned,
+                signatures: .init(
+                    signatureValid: try Self.verifies(change.signature, message, key: change.signer.flatMap { state.staff[$0]?.publicKey }),
+                    coSignatureValid: try Self.verifies(coSigned.coSignature, message, key: state.staff[administrator]?.publicKey)),
+                state: state)
+            decided.checks.insert(contentsOf: checks, at: 0)
+            var result = outcome("cosign", checks: decided.checks)
+            (result.rosterChange, result.changeDigest) = (coSigned, digest)
+            guard decided.accepted else { throw SupportRefusal(outcome: result) }
+            (result.appended, result.sequences) = try commit(decided.events, command: "support|roster-change|\(digest.hex)", at: at, in: &group)
+            return result
+        }
+    }
+
+    /// The proposed roster change whose digest is `digest` and every safeguard as the roster stands
+    /// (step `review-change`): what a second administrator reads before co-signing. Appends nothing.
+    public func reviewRosterChange(digest: Digest32) throws -> SupportOutcome {
+        try reviewStep { group in
+            let (change, checks) = try proposedChange(digest, step: "review-change", in: &group)
+            let state = group.state
+            let valid = try Self.verifies(
+                change.signature, change.signedMessage, key: change.signer.flatMap { state.staff[$0]?.publicKey })
+            var result = outcome(
+                "review-change", checks: checks + TransferDecider.changeRoster(change, signatures: .init(signatureValid: valid), state: state).checks)
+            (result.rosterChange, result.changeDigest) = (change, digest)
+            return result
+        }
+    }
+
+    /// The roster change proposed with digest `digest` and not co-signed yet, with the checks saying
+    /// so, the roster loaded; throws ``SupportRefusal`` when there is none.
+    private func proposedChange(_ digest: Digest32, step: String, in group: inout WriteGroup) throws -> (RosterChange, [TransferDecider.Check]) {
+        func refuse(_ name: String, _ detail: String) -> SupportRefusal {
+            SupportRefusal(outcome: outcome(step, checks: [TransferDecider.Check(name: name, passed: false, detail: detail)]))
+        }
+        let proposal = CommandRef(try store.keys.command("support|roster-proposal|\(digest.hex)"), home: nil)
+        guard let proposed = try group.latestRecord(of: proposal), case .rosterChangeProposed(let change)? = proposed.events.first,
+            try Self.digest(of: change.signedMessage) == digest
+        else {
+            throw refuse(
+                "change-proposed",
+                "no roster change with digest \(digest.hex) was proposed: use the digest the proposing administrator's `ledger support enroll` or `remove` printed (also in `ledger audit`)"
+            )
+        }
+        if let done = try group.latestRecord(of: CommandRef(try store.keys.command("support|roster-change|\(digest.hex)"), home: nil)) {
+            throw refuse("change-open", "the change was already co-signed (record \(done.sequence))")
+        }
+        try group.load(staff: true)
+        let check = TransferDecider.Check(
+            name: "change-proposed", passed: true, detail: "proposed by \(change.signer ?? "?") at record \(proposed.sequence), not co-signed yet")
+        return (change, [check])
+    }
+
+    /// A roster change signed by its first administrator: checks the signature against the roster,
+    /// decides, and appends the change (or, when it needs a second administrator, its proposal), or
+    /// throws ``SupportRefusal`` recording nothing.
+    private func changeRoster(_ change: RosterChange, step: String, at: Timestamp?, group: inout WriteGroup) throws -> SupportOutcome {
         try group.load(staff: true)
         let state = group.state
-        let decided = decide(try Self.verifies(signature, message, key: state.staff[administrator]?.publicKey), state)
-        var result = outcome(step, checks: decided.checks)
+        let message = change.signedMessage
+        let valid = try Self.verifies(change.signature, message, key: change.signer.flatMap { state.staff[$0]?.publicKey })
+        let decided = TransferDecider.changeRoster(change, signatures: .init(signatureValid: valid), state: state)
+        let digest = try Self.digest(of: message)
+        let proposal: Bool
+        if case .rosterChangeProposed? = decided.events.first { proposal = true } else { proposal = false }
+        var result = outcome(proposal ? "propose" : step, checks: decided.checks)
+        (result.rosterChange, result.changeDigest) = (change, digest)
         guard decided.accepted else { throw SupportRefusal(outcome: result) }
-        (result.appended, result.sequences) = try commit(decided.events, step: "\(step)|\(staff)", at: at, in: &group)
+        let command = proposal ? "support|roster-proposal|\(digest.hex)" : "support|roster-change|\(digest.hex)"
+        (result.appended, result.sequences) = try commit(decided.events, command: command, at: at, in: &group)
         return result
     }
 
@@ -196,7 +283,7 @@ extension Ledger {
     /// the current owner's UID or the original transaction id: those fields are kept in clear in the
     /// immutable log, where no customer identifier may be written.
     public func requestTransfer(
-        _ input: TransferRequestInput, operator staff: StaffID, key: Ed25519PrivateKey, at: Timestamp? = nil
+        _ input: TransferRequestInput, operator staff: StaffID, key: some LedgerSigner, at: Timestamp? = nil
     ) throws -> SupportOutcome {
         try Self.checkIdentifier(input.caseId, field: .caseId)
         try Self.checkIdentifier(staff, field: .operator_)
@@ -234,7 +321,7 @@ extension Ledger {
                 result.requestedBy = staff
                 result.sourceUID = try group.uid(of: source.account)
             } else {
-                decided = TransferDecider.unownedLineage(caseId: input.caseId, requestedBy: staff)
+                decided = TransferDecider.unownedLineage(caseId: input.caseId, requestedBy: staff, lineage: lineage)
             }
             result.checks = decided.checks
             (result.appended, result.sequences) = try commit(decided.events, step: "request|\(input.caseId)|\(staff)", at: at, in: &group)
@@ -242,17 +329,17 @@ extension Ledger {
         }
     }
 
-    /// A different approver signs the requested plan's digest with `key`; appends `transferApproved`,
-    /// or only a `transferRefused` record.
+    /// A different approver signs `planDigest`, the digest of the plan they reviewed (the dry run
+    /// prints it), with `key`; appends `transferApproved`, or only a `transferRefused` record, which is
+    /// what a digest other than the case's recorded plan's gets (`approval-same-plan`).
     public func approveTransfer(
-        caseId: String, approver staff: StaffID, key: Ed25519PrivateKey, at: Timestamp? = nil
+        caseId: String, approver staff: StaffID, key: some LedgerSigner, planDigest digest: Digest32, at: Timestamp? = nil
     ) throws -> SupportOutcome {
         try Self.checkIdentifier(caseId, field: .caseId)
         try Self.checkIdentifier(staff, field: .approver)
         return try supportStep { group in
             let state = try loadCase(caseId, in: &group)
             var result = try describe(caseId, state: state, group: group, step: "approve")
-            let digest = state.transfers[caseId]?.request.planDigest ?? .zero
             let approval = TransferApproved(caseId: caseId, planDigest: digest, approvedBy: staff, signature: try key.sign(digest.bytes))
             var facts = try Self.signatureFacts(state.transfers[caseId], state: state)
             facts.approvalSignatureValid = try Self.verifies(approval.signature, digest.bytes, key: state.staff[staff]?.publicKey)
@@ -268,14 +355,13 @@ extension Ledger {
     /// applying it would change. Appends nothing.
     public func reviewTransfer(caseId: String) throws -> SupportOutcome {
         try Self.checkIdentifier(caseId, field: .caseId)
-        return try store.read { reader in
-            var group = try WriteGroup(store: store, reader: reader, clock: clock)
+        return try reviewStep { group in
             let state = try loadCase(caseId, in: &group)
             var result = try describe(caseId, state: state, group: group, step: "dry-run")
             let version = try result.plan.map { try group.lineageVersion($0.lineage) } ?? 0
             let decided = TransferDecider.apply(
-                caseId: caseId, appliedBy: nil, applierKeyMatches: false,
-                facts: try Self.signatureFacts(state.transfers[caseId], state: state), currentVersion: version, state: state)
+                caseId: caseId, applier: nil, facts: try Self.signatureFacts(state.transfers[caseId], state: state),
+                currentVersion: version, state: state)
             result.checks = decided.checks
             return result
         }
@@ -283,10 +369,10 @@ extension Ledger {
 
     /// Applies case `caseId` after checking every safeguard again, in one write transaction: ends the
     /// previous account's live entitlement, rebinds the lineage to the target and appends
-    /// `transferApplied`. Never grants: the target must restore. A refusal appends only a
-    /// `transferRefused` record.
+    /// `transferApplied`, signed with `key` (``TransferApplied/signedMessage``). Never grants: the
+    /// target must restore. A refusal appends only a `transferRefused` record.
     public func applyTransfer(
-        caseId: String, staff: StaffID, key: Ed25519PrivateKey, at: Timestamp? = nil
+        caseId: String, staff: StaffID, key: some LedgerSigner, at: Timestamp? = nil
     ) throws -> SupportOutcome {
         try Self.checkIdentifier(caseId, field: .caseId)
         try Self.checkIdentifier(staff, field: .staff)
@@ -294,9 +380,14 @@ extension Ledger {
             let state = try loadCase(caseId, in: &group)
             var result = try describe(caseId, state: state, group: group, step: "apply")
             let version = try result.plan.map { try group.lineageVersion($0.lineage) } ?? 0
+            let message = TransferApplied.signedMessage(caseId: caseId, planDigest: result.planDigest ?? .zero, appliedBy: staff)
+            let signature = try key.sign(message)
+            let applier = TransferDecider.Applier(
+                staff: staff, signature: signature,
+                signatureValid: try Self.verifies(signature, message, key: state.staff[staff]?.publicKey))
             let decided = TransferDecider.apply(
-                caseId: caseId, appliedBy: staff, applierKeyMatches: state.staff[staff]?.publicKey == key.publicKey.rawRepresentation,
-                facts: try Self.signatureFacts(state.transfers[caseId], state: state), currentVersion: version, state: state)
+                caseId: caseId, applier: applier, facts: try Self.signatureFacts(state.transfers[caseId], state: state),
+                currentVersion: version, state: state)
             result.checks = decided.checks
             result.effects = decided.accepted ? decided.events : []
             (result.appended, result.sequences) = try commit(decided.events, step: "apply|\(caseId)|\(staff)", at: at, in: &group)
@@ -318,36 +409,35 @@ extension Ledger {
         var trail: [AuditEntry] = []
         var records: [AuditRecord] = []
         var caseLineages: [String: LineageKey] = [:]
+        var formatOneThrough: UInt64 = 0
         try store.read { reader in
             try reader.forEachRecord(from: 1, through: .max) { sequence, bytes in
                 let record = try RecordCodec.decode(bytes, sequence: sequence)
+                if sequence == 1, case .storeUpgraded(let upgraded)? = record.events.first { formatOneThrough = 1 + upgraded.copiedRecords }
+                let formatOne = sequence > 1 && sequence <= formatOneThrough
                 for event in record.events {
-                    var signer: StaffID?
-                    var signature: String?
-                    func check(_ valid: Bool) { signature = valid ? "valid" : "invalid" }
+                    var checked = AuditRecord(entry: AuditEntry(sequence: 0, time: 0, kind: "", reason: ""))
+                    func verdict(_ valid: Bool) -> String { valid ? "valid" : "invalid" }
                     switch event {
-                    case .staffEnrolled(let e):
-                        signer = e.enrolledBy
-                        if let admin = e.enrolledBy {
-                            check(try Self.verifies(e.signature, e.signedMessage, key: state.staff[admin]?.publicKey))
-                        } else {
-                            signature = "unsigned-first-administrator"
-                        }
-                    case .staffRemoved(let e):
-                        signer = e.removedBy
-                        check(try Self.verifies(e.signature, e.signedMessage, key: state.staff[e.removedBy]?.publicKey))
+                    case .staffEnrolled, .staffRemoved, .rosterChangeProposed:
+                        try Self.audit(event, state: state, formatOne: formatOne, into: &checked)
                     case .transferRequested(let e):
-                        signer = e.requestedBy
+                        checked.signer = e.requestedBy
                         caseLineages[e.plan.caseId] = e.plan.lineage
-                        check(
+                        checked.signature = verdict(
                             try Self.digest(of: e.plan) == e.planDigest
                                 && Self.verifies(e.signature, e.planDigest.bytes, key: state.staff[e.requestedBy]?.publicKey))
                     case .transferApproved(let e):
-                        signer = e.approvedBy
+                        checked.signer = e.approvedBy
                         let requested = state.transfers[e.caseId]?.request.planDigest
-                        check(
+                        checked.signature = verdict(
                             try requested == e.planDigest && Self.verifies(e.signature, e.planDigest.bytes, key: state.staff[e.approvedBy]?.publicKey)
                         )
+                    case .transferApplied(let e):
+                        checked.signer = e.appliedBy
+                        checked.signature =
+                            formatOne && e.signature.isEmpty
+                            ? "unsigned-format-1" : verdict(try Self.verifies(e.signature, e.signedMessage, key: state.staff[e.appliedBy]?.publicKey))
                     default:
                         break
                     }
@@ -355,7 +445,8 @@ extension Ledger {
                     AuditTrail.evolve(&trail, event, sequence: record.sequence, time: record.recordedAt)
                     StateProjection.evolve(&state, event)
                     for entry in trail[before...] {
-                        records.append(AuditRecord(entry: entry, signer: signer, signature: signature))
+                        checked.entry = entry
+                        records.append(checked)
                     }
                 }
                 return true
@@ -368,6 +459,40 @@ extension Ledger {
                 if entryLineage != lineage { return false }
             }
             return true
+        }
+    }
+
+    /// The signatures of a roster change or proposal, checked against the roster before it.
+    private static func audit(_ event: LedgerEvent, state: LedgerState, formatOne: Bool, into checked: inout AuditRecord) throws {
+        let change: RosterChange
+        switch event {
+        case .staffEnrolled, .staffRemoved:
+            guard let applied = RosterChange(event) else { return }
+            change = applied
+        case .rosterChangeProposed(let proposed): change = proposed
+        default: return
+        }
+        let message = change.signedMessage
+        guard let signer = change.signer else {
+            checked.signature = "unsigned-first-administrator"
+            return
+        }
+        checked.changeDigest = try digest(of: message)
+        checked.signer = signer
+        checked.signature = try verifies(change.signature, message, key: state.staff[signer]?.publicKey) ? "valid" : "invalid"
+        guard case .rosterChangeProposed = event else {
+            if let coSigner = change.coSignedBy {
+                checked.coSigner = coSigner
+                let valid = try coSigner != signer && verifies(change.coSignature, message, key: state.staff[coSigner]?.publicKey)
+                checked.coSignature = valid ? "valid" : "invalid"
+            } else if formatOne {
+                checked.coSignature = "not-required-format-1"
+            } else if case .enroll(let e) = change, e.roles.contains(.administrator), state.administrators.count == 1 {
+                checked.coSignature = "not-required-bootstrap"
+            } else {
+                checked.coSignature = "missing"
+            }
+            return
         }
     }
 
@@ -428,10 +553,11 @@ extension Ledger {
     // MARK: Helpers
 
     /// SHA-256 of the plan's canonical bytes.
-    public static func digest(of plan: TransferPlan) throws -> Digest32 {
-        guard let digest = Digest32(try Digest.sha256(plan.canonicalBytes)) else {
-            throw CryptoError("SHA-256", detail: "the digest is not 32 bytes")
-        }
+    public static func digest(of plan: TransferPlan) throws -> Digest32 { try digest(of: plan.canonicalBytes) }
+
+    /// SHA-256 of `bytes` (a plan's canonical bytes, a roster change's signed bytes).
+    public static func digest(of bytes: [UInt8]) throws -> Digest32 {
+        guard let digest = Digest32(try Digest.sha256(bytes)) else { throw CryptoError("SHA-256", detail: "the digest is not 32 bytes") }
         return digest
     }
 
@@ -481,6 +607,14 @@ extension Ledger {
             checks: checks, appended: [], sequences: [], effects: [])
     }
 
+    /// Runs a step that appends nothing (a review) on a snapshot, as a write group would see it.
+    private func reviewStep<T>(_ body: (inout WriteGroup) throws -> T) throws -> T {
+        try store.read { reader in
+            var group = try WriteGroup(store: store, reader: reader, clock: clock)
+            return try body(&group)
+        }
+    }
+
     /// Runs a support step in one write group.
     private func supportStep<T>(_ body: (inout WriteGroup) throws -> T) throws -> T {
         try store.write { reader, writer in
@@ -494,8 +628,15 @@ extension Ledger {
     /// Appends `events` as one record (its command key derived from the step and the head, so each
     /// step is its own command) at business time `at` (the ledger clock by default).
     private func commit(_ events: [LedgerEvent], step: String, at: Timestamp?, in group: inout WriteGroup) throws -> ([LedgerEvent], [UInt64]) {
+        try commit(events, command: "support|\(step)|after \(group.appender.head.sequence)", at: at, in: &group)
+    }
+
+    /// Appends `events` as one record of the command `descriptor` names (its keyed hash is the key).
+    private func commit(
+        _ events: [LedgerEvent], command descriptor: String, at: Timestamp?, in group: inout WriteGroup
+    ) throws -> ([LedgerEvent], [UInt64]) {
         guard !events.isEmpty else { return ([], []) }
-        let command = try store.keys.command("support|\(step)|after \(group.appender.head.sequence)")
+        let command = try store.keys.command(descriptor)
         let record = try group.append(events, at: at ?? clock(), command: command, attempt: 0)
         return (events, [record.sequence])
     }

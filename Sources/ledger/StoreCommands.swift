@@ -140,8 +140,10 @@ struct VerifyCommand: Subcommand {
         invariant of docs/events.md; the persisted read models against a fresh replay; and the
         commands, lineages, account-lineages and merkle indexes against the entries the log implies.
         Prints a JSON report (events, readModelDifferences, indexDifferences: at most 100 lines each,
-        then "… and N more"). Exit 0 only when all hold; 1 otherwise, with the first and last bad
-        sequence numbers when the chain is broken (`ledger rebuild` repairs read models and indexes).
+        then "… and N more"; formatOneHistory: support steps an upgrade copied from storage format 1
+        without the signatures format 2 requires, which are not violations). Exit 0 only when all hold;
+        1 otherwise, with the first and last bad sequence numbers when the chain is broken (`ledger
+        rebuild` repairs read models and indexes).
         --checkpoint also checks a signed checkpoint (`ledger checkpoint`): its signature (store's signing
         key, or KEY), the root of its first SIZE records, a consistency proof to today's log, and the
         projection state hash of a replay of those records (docs/forensics.md).
@@ -158,6 +160,7 @@ struct VerifyCommand: Subcommand {
             "intact": report.isIntact, "verifiedRecords": report.verifiedRecords, "events": report.events,
             "invariantViolations": report.violations.map { ["invariant": $0.invariant, "seq": $0.sequence, "message": $0.message] },
             "readModelDifferences": report.readModelDifferences, "indexDifferences": report.indexDifferences,
+            "formatOneHistory": report.formatOneNotes.map { ["seq": $0.sequence, "message": $0.message] },
         ]
         if let fault = report.chainFault {
             object["firstBadSeq"] = fault.sequence

@@ -21,17 +21,28 @@ struct SupportCommand: Subcommand {
                    --own-account: the staff member's own MyRecipes UID, which can never be a transfer target.
           remove   --staff ID --admin ID --admin-key FILE
                    A roster administrator removes a staff member: they can no longer request, approve or apply.
+          cosign   --change DIGEST [--admin ID --admin-key FILE]
+                   With two or more administrators, enroll and remove only propose the change (step
+                   "propose", printing its changeDigest); a second administrator co-signs it with this, and
+                   only then does the roster change. Without --admin and --admin-key: shows the change and
+                   its safeguards, appends nothing. With a single administrator, the only change allowed
+                   is enrolling a second administrator (the bootstrap).
           request  --case ID --reason TEXT --original-transaction-id OTID [--environment E]
                    --target-account UID --target-auth TEXT --evidence TEXT --operator ID --key FILE
                    The operator opens a transfer: prints the plan and its digest, which the operator signs.
-          approve  --case ID --approver ID --key FILE
-                   A different approver signs the same plan digest.
+          approve  --case ID --plan-digest HEX --approver ID --key FILE
+                   A different approver signs the plan digest they reviewed (`support transfer --case ID`
+                   prints it); refused (and recorded as refused) when it is not the case's recorded plan's.
           transfer --case ID [--apply --staff ID --key FILE]
                    Dry run (default): prints the plan, requester, approver, every safeguard and what would
                    change; appends nothing. --apply checks everything again and, in one transaction, rebinds
                    the lineage, ends the previous account's live entitlement and appends the audit record.
                    It never grants: the customer must then run Restore Purchases on the target account.
+                   The applier signs the apply; `ledger audit` and `ledger verify` check it.
 
+        Every --key and --admin-key may be `-`: the private key (PEM) is read from standard input, so
+        a key file only its owner can read can be used by a ledger running as the service user
+        (`sudo -u ledger ledger support approve … --key - < ~/.ledger/adam.key`, docs/support-recovery.md).
         Case and staff ids are 1 to 128 printable ASCII characters without whitespace. --reason, --target-auth
         and --evidence are kept in clear in the immutable log: they must not contain customer identifiers,
         and a request whose case id or text holds the target UID, the current owner's UID or the original
@@ -44,10 +55,11 @@ struct SupportCommand: Subcommand {
         "keygen": ["out"],
         "enroll": ["staff", "roles", "public-key", "admin", "admin-key", "own-account"],
         "remove": ["staff", "admin", "admin-key"],
+        "cosign": ["change", "admin", "admin-key"],
         "request": [
             "case", "reason", "original-transaction-id", "environment", "target-account", "target-auth", "evidence", "operator", "key",
         ],
-        "approve": ["case", "approver", "key"],
+        "approve": ["case", "plan-digest", "approver", "key"],
         "transfer": ["case", "staff", "key"],
     ]
     static let positionals = 1...1
@@ -56,7 +68,7 @@ struct SupportCommand: Subcommand {
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         guard arguments.positionals.count == 1, let sub = arguments.positionals.first, let allowed = subcommands[sub] else {
-            throw CLIError.usage("give one subcommand: keygen, enroll, remove, request, approve or transfer")
+            throw CLIError.usage("give one subcommand: keygen, enroll, remove, cosign, request, approve or transfer")
         }
         for option in arguments.options.keys where option != "store" && !allowed.contains(option) {
             throw CLIError.usage("--\(option) is not an option of `support \(sub)`")
@@ -103,6 +115,19 @@ struct SupportCommand: Subcommand {
                     administratorKey: try KeyFiles.privateKey(arguments.required("admin-key"), option: "admin-key"))
             }
             return report(outcome, console: console)
+        case "cosign":
+            let digest = try digestOption(arguments, "change")
+            guard (arguments.value("admin") == nil) == (arguments.value("admin-key") == nil) else {
+                throw CLIError.usage("give --admin and --admin-key together (or neither, to review the change)")
+            }
+            let outcome = try refusing {
+                guard let admin = arguments.value("admin"), let keyFile = arguments.value("admin-key") else {
+                    return try openLedger(arguments).reviewRosterChange(digest: digest)
+                }
+                let key = try KeyFiles.privateKey(keyFile, option: "admin-key")
+                return try openLedger(arguments).coSignRosterChange(digest: digest, administrator: admin, key: key)
+            }
+            return report(outcome, console: console)
         case "request":
             let input = TransferRequestInput(
                 caseId: try arguments.required("case"), reason: try arguments.required("reason"),
@@ -114,9 +139,11 @@ struct SupportCommand: Subcommand {
             return report(try openLedger(arguments).requestTransfer(input, operator: staff, key: key), console: console)
         case "approve":
             let caseId = try arguments.required("case")
+            let digest = try digestOption(arguments, "plan-digest")
             let staff = try arguments.required("approver")
             let key = try KeyFiles.privateKey(arguments.required("key"), option: "key")
-            return report(try openLedger(arguments).approveTransfer(caseId: caseId, approver: staff, key: key), console: console)
+            return report(
+                try openLedger(arguments).approveTransfer(caseId: caseId, approver: staff, key: key, planDigest: digest), console: console)
         default:
             let caseId = try arguments.required("case")
             guard arguments.flags.contains("apply") else {
@@ -129,6 +156,15 @@ struct SupportCommand: Subcommand {
             let key = try KeyFiles.privateKey(arguments.required("key"), option: "key")
             return report(try openLedger(arguments).applyTransfer(caseId: caseId, staff: staff, key: key), console: console)
         }
+    }
+
+    /// A required SHA-256 digest option: 64 hexadecimal digits.
+    static func digestOption(_ arguments: Arguments, _ name: String) throws -> Digest32 {
+        let text = try arguments.required(name)
+        guard text.utf8.count == 64, let bytes = [UInt8](hex: text), let digest = Digest32(bytes) else {
+            throw CLIError.usage("--\(name) \(text) is not a SHA-256 digest (64 hexadecimal digits)")
+        }
+        return digest
     }
 
     static func keygen(_ arguments: Arguments, console: Console) throws -> ExitCode {
@@ -184,8 +220,9 @@ struct AuditCommand: Subcommand {
         Replays the log and prints one JSON line per audit entry (denials, Family Sharing rejections,
         deletions, tombstones, staff enrolments and removals, transfer requests, approvals, applications and
         refusals) with its sequence number, time, staff id, case, private reason, and each signature checked
-        again against the roster as it stood at that record ("signature": "valid" | "invalid"). Staff-only:
-        it shows private case reasons. Exit 1 when any signature does not verify.
+        again against the roster as it stood at that record ("signature": "valid" | "invalid", and for
+        roster changes "coSignature"; docs/support-recovery.md lists every value). Staff-only: it shows
+        private case reasons. Exit 1 when any signature does not verify or a required co-signature is missing.
         """
     static let options: Set<String> = ["case", "original-transaction-id", "environment"]
 
@@ -196,7 +233,7 @@ struct AuditCommand: Subcommand {
             environment: try arguments.environment())
         var allValid = true
         for record in records {
-            if record.signature == "invalid" { allValid = false }
+            if !record.isValid { allValid = false }
             console.out(JSONLine.render(SupportJSON.render(record)))
         }
         return allValid ? .success : .verificationFailed
@@ -205,14 +242,22 @@ struct AuditCommand: Subcommand {
 
 /// Key files: staff keys and the ledger signing public key.
 enum KeyFiles {
-    /// Reads an Ed25519 private key PEM that only its owner can read.
+    /// Reads an Ed25519 private key PEM that only its owner can read, or (`-`) from standard input:
+    /// the caller's shell opens their own key file, so a ledger running as another user (the service
+    /// user, through sudo) uses the key without being able to read the file.
     static func privateKey(_ path: String, option: String) throws -> Ed25519PrivateKey {
-        let data = try readFile(path, option: "--\(option)")
-        var info = stat()
-        guard stat(path, &info) == 0 else { throw CLIError.usage("--\(option): \(FileAccess.failure("look up", path, errno))") }
-        let mode = UInt16(info.st_mode & 0o777)
-        guard mode & 0o077 == 0 else {
-            throw CLIError.usage("--\(option) \(path) has mode \(String(mode, radix: 8)) and can be read by others: run `chmod 600 \(path)`")
+        let data: Data
+        if path == "-" {
+            data = FileHandle.standardInput.readDataToEndOfFile()
+            guard data.count <= 64 << 10 else { throw CLIError.usage("--\(option) -: standard input holds more than a key") }
+        } else {
+            data = try readFile(path, option: "--\(option)")
+            var info = stat()
+            guard stat(path, &info) == 0 else { throw CLIError.usage("--\(option): \(FileAccess.failure("look up", path, errno))") }
+            let mode = UInt16(info.st_mode & 0o777)
+            guard mode & 0o077 == 0 else {
+                throw CLIError.usage("--\(option) \(path) has mode \(String(mode, radix: 8)) and can be read by others: run `chmod 600 \(path)`")
+            }
         }
         do {
             return try Ed25519PrivateKey(pem: String(decoding: data, as: UTF8.self))
@@ -253,6 +298,12 @@ enum SupportJSON {
         ]
         if let caseId = outcome.caseId { object["caseId"] = caseId }
         if let reason = outcome.refusalReason { object["refused"] = reason }
+        if let change = outcome.rosterChange {
+            var rendered = RecordJSON.fields(of: change.event)
+            rendered["event"] = change.event.name
+            object["change"] = rendered
+        }
+        if let digest = outcome.changeDigest { object["changeDigest"] = digest.hex }
         if let plan = outcome.plan {
             var source: JSONObject =
                 switch plan.source {
@@ -278,10 +329,20 @@ enum SupportJSON {
             object[outcome.step == "dry-run" ? "wouldChange" : "changed"] = outcome.accepted || outcome.step == "dry-run" ? changes : []
         }
         switch outcome.step {
+        case "propose" where outcome.accepted:
+            object["note"] =
+                "proposed, not applied: the roster changes when another administrator co-signs it with: ledger support cosign --change \(outcome.changeDigest?.hex ?? "DIGEST") --admin ID --admin-key FILE"
+        case "review-change":
+            object["note"] =
+                "review: nothing was appended. Co-sign with: ledger support cosign --change \(outcome.changeDigest?.hex ?? "DIGEST") --admin ID --admin-key FILE"
         case "dry-run":
             object["note"] =
                 "dry run: nothing was appended."
-                + (outcome.accepted ? " Apply with: ledger support transfer --case \(outcome.caseId ?? "ID") --apply --staff ID --key FILE" : "")
+                + (outcome.accepted
+                    ? " Apply with: ledger support transfer --case \(outcome.caseId ?? "ID") --apply --staff ID --key FILE"
+                    : outcome.plan != nil && outcome.approvedBy == nil
+                        ? " An approver who reviewed this plan approves it with: ledger support approve --case \(outcome.caseId ?? "ID") --plan-digest \(outcome.planDigest?.hex ?? "HEX") --approver ID --key FILE"
+                        : "")
         case "apply" where outcome.accepted:
             object["note"] =
                 "Transfer applied. No entitlement was granted: ask the customer to run Restore Purchases while signed in to the target account."
@@ -319,6 +380,9 @@ enum SupportJSON {
         if let caseId = entry.caseId { object["caseId"] = caseId }
         if let signer = record.signer { object["signedBy"] = signer }
         if let signature = record.signature { object["signature"] = signature }
+        if let coSigner = record.coSigner { object["coSignedBy"] = coSigner }
+        if let coSignature = record.coSignature { object["coSignature"] = coSignature }
+        if let digest = record.changeDigest { object["changeDigest"] = digest.hex }
         return object
     }
 }
@@ -329,14 +393,20 @@ extension DemoScript {
     func supportRecoveryAfterDeletion(originalTransactionId c: String, at t: Int64) throws {
         console.out("7. Support recovery after the deletion (docs/support-recovery.md)")
         let root = try Ed25519PrivateKey.generate()
+        let ann = try Ed25519PrivateKey.generate()
         let olivia = try Ed25519PrivateKey.generate()
         let adam = try Ed25519PrivateKey.generate()
         try ledger.enrollFirstAdministrator("root", publicKey: root.publicKey, at: t)
+        _ = try ledger.enrollStaff(
+            "ann", roles: .administrator, publicKey: ann.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root, at: t)
         for (staff, key, roles) in [("olivia", olivia, StaffRoles.operator_), ("adam", adam, StaffRoles.approver)] {
-            _ = try ledger.enrollStaff(
+            let proposal = try ledger.enrollStaff(
                 staff, roles: roles, publicKey: key.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root, at: t)
+            _ = try ledger.coSignRosterChange(digest: proposal.changeDigest ?? .zero, administrator: "ann", key: ann, at: t)
         }
-        console.out("  roster: root (administrator, set like `ledger init --admin`), olivia (operator), adam (approver)")
+        console.out(
+            "  roster: root (administrator, set like `ledger init --admin`), ann (second administrator), olivia (operator) and adam (approver), each proposed by root and co-signed by ann"
+        )
         func show(_ title: String, _ outcome: SupportOutcome) {
             let result = outcome.accepted ? "done" : "refused (\(outcome.refusalReason ?? ""))"
             console.out("  \(title.padding(toLength: 58, withPad: " ", startingAt: 0)) → \(result)")
@@ -349,8 +419,13 @@ extension DemoScript {
         let request = try ledger.requestTransfer(input, operator: "olivia", key: olivia, at: t)
         show("olivia (operator) requests the transfer to carol2", request)
         console.out("      plan digest \(request.planDigest?.hex ?? "-"), source \(request.plan.map { "\($0.source)" } ?? "-")")
-        show("olivia tries to approve her own request", try ledger.approveTransfer(caseId: "DEMO-1", approver: "olivia", key: olivia, at: t))
-        show("adam (approver) approves the same plan", try ledger.approveTransfer(caseId: "DEMO-1", approver: "adam", key: adam, at: t))
+        let digest = request.planDigest ?? .zero
+        show(
+            "olivia tries to approve her own request",
+            try ledger.approveTransfer(caseId: "DEMO-1", approver: "olivia", key: olivia, planDigest: digest, at: t))
+        show(
+            "adam (approver) approves the plan digest he reviewed",
+            try ledger.approveTransfer(caseId: "DEMO-1", approver: "adam", key: adam, planDigest: digest, at: t))
         let review = try ledger.reviewTransfer(caseId: "DEMO-1")
         show("dry run: \(review.checks.filter(\.passed).count)/\(review.checks.count) safeguards hold, nothing appended", review)
         show("olivia applies the transfer", try ledger.applyTransfer(caseId: "DEMO-1", staff: "olivia", key: olivia, at: t + 60_000))

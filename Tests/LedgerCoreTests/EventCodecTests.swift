@@ -47,14 +47,30 @@ enum Samples {
                 enrolledBy: "admin", signature: [UInt8](repeating: 6, count: 64))),
         .staffEnrolled(StaffEnrolled(staff: "root", roles: .administrator, publicKey: [7], ownAccount: nil, enrolledBy: nil, signature: [])),
         .staffRemoved(StaffRemoved(staff: "ops-ana", removedBy: "admin", signature: [1, 2, 3])),
+        .staffEnrolled(
+            StaffEnrolled(
+                staff: "ops-cy", roles: .operator_, publicKey: [8], ownAccount: nil, enrolledBy: "admin", signature: [9], signedAfter: 300,
+                coSignedBy: "admin-2", coSignature: [10, 11])),
+        .staffRemoved(StaffRemoved(staff: "ops-cy", removedBy: "admin", signature: [1], signedAfter: 0, coSignedBy: "admin-2", coSignature: [2])),
+        .rosterChangeProposed(.remove(StaffRemoved(staff: "ops-ana", removedBy: "admin", signature: [3], signedAfter: 1 << 40))),
+        .rosterChangeProposed(
+            .enroll(
+                StaffEnrolled(staff: "ops-di", roles: .approver, publicKey: [4], ownAccount: bob, enrolledBy: "admin", signature: [5], signedAfter: 2)
+            )
+        ),
         .transferRequested(TransferRequested(plan: plan, planDigest: digest(9), requestedBy: "ops-ana", signature: [4])),
         .transferApproved(TransferApproved(caseId: "CASE-1", planDigest: digest(9), approvedBy: "ops-ben", signature: [5])),
         .transferApplied(
             TransferApplied(caseId: "CASE-1", planDigest: digest(9), lineage: lineage, source: .bound(alice), target: bob, appliedBy: "ops-ana")),
+        .transferApplied(
+            TransferApplied(
+                caseId: "CASE-2", planDigest: digest(9), lineage: lineage, source: .tombstoned(alice), target: bob, appliedBy: "ops-ana",
+                signature: [UInt8](repeating: 3, count: 64))),
         .transferRefused(TransferRefused(caseId: "CASE-1", step: "apply", staff: "ops-ana", reason: "no approval")),
+        .transferRefused(TransferRefused(caseId: "CASE-1", step: "request", staff: "ops-ana", reason: "not enrolled", lineage: lineage)),
         .decisionIssued(DecisionIssued(reason: .boundToAnotherAccount, lineage: lineage, account: bob)),
         .decisionIssued(DecisionIssued(reason: .accountDeleted, lineage: nil, account: nil)),
-        .storeUpgraded(StoreUpgraded(fromFormat: 1, records: 54, headHash: digest(0x33), merkleRoot: digest(0x44))),
+        .storeUpgraded(StoreUpgraded(fromFormat: 1, records: 54, headHash: digest(0x33), merkleRoot: digest(0x44), copiedRecords: 17)),
     ]
 
     /// A record holding `events` (sequence 7).
@@ -216,11 +232,14 @@ enum Samples {
         }
         #expect(
             trail.map(\.kind) == [
-                "lineage-tombstoned", "account-deleted", "staff-enrolled", "staff-enrolled", "staff-removed", "transfer-requested",
-                "transfer-approved", "transfer-applied", "transfer-refused", "denial",
+                "lineage-tombstoned", "account-deleted", "staff-enrolled", "staff-enrolled", "staff-removed", "staff-enrolled",
+                "staff-removed", "roster-change-proposed", "roster-change-proposed", "transfer-requested", "transfer-approved",
+                "transfer-applied", "transfer-applied", "transfer-refused", "transfer-refused", "denial",
             ])
         #expect(trail.first { $0.kind == "transfer-requested" }?.reason == "lost phone")
-        #expect(trail.last?.sequence == 23)
+        #expect(trail.first { $0.kind == "staff-removed" && $0.staff == "ops-cy" }?.reason == "removed by admin, co-signed by admin-2")
+        #expect(trail.last { $0.kind == "transfer-refused" }?.lineage == Samples.lineage)
+        #expect(trail.last?.sequence == 29)
     }
 
     @Test func theInvariantCheckerFlagsABindingThatMovesWithoutATransfer() throws {

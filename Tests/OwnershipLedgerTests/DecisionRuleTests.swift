@@ -92,7 +92,7 @@ import Testing
             targetUID: "bob", targetAuthentication: "firebase re-auth + email OTP to the address on file",
             ownershipEvidence: "Apple order id MK7Q2X9P looked up in App Store Connect")
         #expect(try ledger.requestTransfer(input, operator: "olivia", key: olivia, at: t + day).accepted)
-        #expect(try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
+        #expect(try ledger.approveReviewed(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
         let applied = try ledger.applyTransfer(caseId: "C-1", staff: "olivia", key: olivia, at: t + 3 * day)
         #expect(applied.accepted, "\(applied.refusalReason ?? "")")
         #expect(try ledger.binding(originalTransactionId: "1001").uid == "bob")

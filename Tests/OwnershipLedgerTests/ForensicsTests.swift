@@ -470,24 +470,35 @@ import Testing
         _ = submit.respond(
             to: Fixtures.line(["type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1001", at: t), "at": t]))
         let admin = try Ed25519PrivateKey.generate()
+        let second = try Ed25519PrivateKey.generate()
         let op = try Ed25519PrivateKey.generate()
         let approver = try Ed25519PrivateKey.generate()
         try ledger.enrollFirstAdministrator("root", publicKey: admin.publicKey, at: t)
         _ = try ledger.enrollStaff(
-            "olivia", roles: .operator_, publicKey: op.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: admin, at: t)
-        _ = try ledger.enrollStaff(
-            "amir", roles: .approver, publicKey: approver.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: admin,
-            at: t)
-        let input = TransferRequestInput(
-            caseId: "case-1", reason: "lost account", originalTransactionId: "1001", targetUID: "alice2",
-            targetAuthentication: "firebase-reauth", ownershipEvidence: "apple-order-lookup")
+            "sam", roles: .administrator, publicKey: second.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: admin, at: t)
+        for (staff, roles, key) in [("olivia", StaffRoles.operator_, op), ("amir", .approver, approver)] {
+            let proposal = try ledger.enrollStaff(
+                staff, roles: roles, publicKey: key.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: admin, at: t)
+            _ = try ledger.coSignRosterChange(digest: try #require(proposal.changeDigest), administrator: "sam", key: second, at: t)
+        }
+        func input(_ caseId: String) -> TransferRequestInput {
+            TransferRequestInput(
+                caseId: caseId, reason: "lost account", originalTransactionId: "1001", targetUID: "alice2",
+                targetAuthentication: "firebase-reauth", ownershipEvidence: "apple-order-lookup")
+        }
+        // amir is no operator: the refused request is recorded on the lineage.
+        clock.now = t + day - hour
+        #expect(try !ledger.requestTransfer(input("case-0"), operator: "amir", key: approver, at: t + day - hour).accepted)
         clock.now = t + day
-        _ = try ledger.requestTransfer(input, operator: "olivia", key: op, at: t + day)
+        _ = try ledger.requestTransfer(input("case-1"), operator: "olivia", key: op, at: t + day)
         clock.now = t + day + hour
-        _ = try ledger.approveTransfer(caseId: "case-1", approver: "amir", key: approver, at: t + day + hour)
+        _ = try ledger.approveReviewed(caseId: "case-1", approver: "amir", key: approver, at: t + day + hour)
         clock.now = t + 2 * day
         let applied = try ledger.applyTransfer(caseId: "case-1", staff: "olivia", key: op, at: t + 2 * day)
         #expect(applied.accepted, "\(applied.refusalReason ?? "")")
+        // Applying again, after the case was applied, is refused: the refusal shows where disputes look.
+        clock.now = t + 2 * day + hour
+        #expect(try !ledger.applyTransfer(caseId: "case-1", staff: "amir", key: approver, at: t + 2 * day + hour).accepted)
         clock.now = t + 3 * day
         _ = submit.respond(
             to: Fixtures.line([
@@ -496,16 +507,22 @@ import Testing
 
         let steps = try ledger.replayLineage(originalTransactionId: "1001")
         #expect(
-            steps.map(\.event) == ["transaction-submitted", "transfer-requested", "transfer-approved", "transfer-applied", "transaction-submitted"])
-        #expect(steps.map(\.entitledAfter) == [true, true, true, false, true])
-        #expect(steps[2].what.contains("approved by amir"))
-        #expect(steps[3].effects.contains { $0.hasPrefix("entitlement-ended@") })
-        #expect(steps[3].why.contains("grants nothing"))
-        #expect(steps[4].decision == .refreshed)
+            steps.map(\.event) == [
+                "transaction-submitted", "transfer-refused", "transfer-requested", "transfer-approved", "transfer-applied", "transfer-refused",
+                "transaction-submitted",
+            ])
+        #expect(steps.map(\.entitledAfter) == [true, true, true, true, false, false, true])
+        #expect(steps[1].what.contains("case-0: request by amir refused"))
+        #expect(steps[1].why.contains("operator-enrolled"))
+        #expect(steps[3].what.contains("approved by amir"))
+        #expect(steps[4].effects.contains { $0.hasPrefix("entitlement-ended@") })
+        #expect(steps[4].why.contains("grants nothing"))
+        #expect(steps[5].why.contains("already applied"))
+        #expect(steps[6].decision == .refreshed)
 
         let old = try ledger.explain(uid: "alice", originalTransactionId: "1001", at: t + 2 * day + hour)
         #expect(old.verdict == .transferred)
-        #expect(old.cited == [steps[3].sequences.last ?? 0])
+        #expect(old.cited == [steps[4].sequences.last ?? 0])
         let moved = try ledger.explain(uid: "alice2", originalTransactionId: "1001", at: t + 2 * day + hour)
         #expect(moved.verdict == .transferred)
         let restored = try ledger.explain(uid: "alice2", originalTransactionId: "1001", at: t + 3 * day + hour)
@@ -522,7 +539,7 @@ import Testing
         #expect(!String(decoding: redacted, as: UTF8.self).contains("lost account"))
         #expect(!String(decoding: redacted, as: UTF8.self).contains("apple-order-lookup"))
         let proven = try DisputeBundle.verify(redacted, publicKey: try ledger.signingKey().publicKey)
-        #expect(proven.withheld == [steps[1].firstSequence])
+        #expect(proven.withheld == [steps[1].firstSequence, steps[2].firstSequence, steps[5].firstSequence])
         #expect(proven.timeline.map(\.event) == ["transaction-submitted", "transfer-approved", "transfer-applied", "transaction-submitted"])
         var tampered = redacted
         if let range = tampered.range(of: Data("\"leafHash\":\"".utf8)) { tampered[range.upperBound + 2] ^= 0x01 }

@@ -29,7 +29,7 @@ import Testing
             caseId: "C-7", reason: "lost access; identity confirmed by support", originalTransactionId: "7000", targetUID: "ben",
             targetAuthentication: "re-authenticated with email one-time code", ownershipEvidence: "Apple order id lookup MQ12")
         #expect(try ledger.requestTransfer(input, operator: "olivia", key: staffed.olivia, at: t + 2 * day).accepted)
-        #expect(try ledger.approveTransfer(caseId: "C-7", approver: "adam", key: staffed.adam, at: t + 2 * day).accepted)
+        #expect(try ledger.approveReviewed(caseId: "C-7", approver: "adam", key: staffed.adam, at: t + 2 * day).accepted)
         #expect(try ledger.applyTransfer(caseId: "C-7", staff: "olivia", key: staffed.olivia, at: t + 3 * day).accepted)
         // The customer's device sends the very same signed transaction again: decided anew, granted.
         let retried = send(restore)

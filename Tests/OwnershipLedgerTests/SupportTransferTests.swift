@@ -16,6 +16,8 @@ import Testing
     let t = Fixtures.start
     let day = Fixtures.day
     let root: Ed25519PrivateKey
+    /// The second administrator.
+    let ann: Ed25519PrivateKey
     /// Operator.
     let olivia: Ed25519PrivateKey
     /// Approver.
@@ -26,7 +28,7 @@ import Testing
     init() throws {
         let staffed = try StaffedLedger("ledger-support")
         (ledger, directory, submit) = (staffed.ledger, staffed.directory, staffed.submit)
-        (root, olivia, adam) = (staffed.root, staffed.olivia, staffed.adam)
+        (root, ann, olivia, adam) = (staffed.root, staffed.ann, staffed.olivia, staffed.adam)
         pat = try Ed25519PrivateKey.generate()
         try staffed.enroll("pat", roles: [.operator_, .approver], key: pat, ownAccountUID: "pat-personal")
     }
@@ -49,6 +51,14 @@ import Testing
     }
 
     func head() throws -> UInt64 { try ledger.store.head().sequence }
+
+    /// Removes `staff`: proposed by root, co-signed by ann.
+    func remove(_ staff: String, at: Int64) throws {
+        let proposal = try ledger.removeStaff(staff, administrator: "root", administratorKey: root, at: at)
+        #expect(proposal.step == "propose")
+        let removal = try ledger.coSignRosterChange(digest: try #require(proposal.changeDigest), administrator: "ann", key: ann, at: at)
+        #expect(removal.accepted, "\(removal.refusalReason ?? "")")
+    }
 
     func lastEvent() throws -> LedgerEvent? { try ledger.store.records(from: head()).last?.events.last }
 
@@ -99,7 +109,7 @@ import Testing
     @Test func dryRunPrintsEverySafeguardAndAppendsNothing() throws {
         defer { directory.remove() }
         let request = try requested()
-        _ = try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day)
+        _ = try ledger.approveReviewed(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day)
         let before = try head()
         let review = try ledger.reviewTransfer(caseId: "C-1")
         #expect(try head() == before)
@@ -136,7 +146,7 @@ import Testing
         let request = try ledger.requestTransfer(input("C-2"), operator: "pat", key: pat, at: t + day)
         #expect(request.accepted)
         let before = try head()
-        let approval = try ledger.approveTransfer(caseId: "C-2", approver: "pat", key: pat, at: t + 2 * day)
+        let approval = try ledger.approveReviewed(caseId: "C-2", approver: "pat", key: pat, at: t + 2 * day)
         #expect(!approval.accepted)
         #expect(approval.checks.first { $0.name == "approver-independent" }?.passed == false)
         #expect(approval.checks.first { $0.name == "approver-enrolled" }?.passed == true)
@@ -164,7 +174,7 @@ import Testing
         defer { directory.remove() }
         let request = try requested()
         let mallory = try Ed25519PrivateKey.generate()
-        let approval = try ledger.approveTransfer(caseId: "C-1", approver: "mallory", key: mallory, at: t + 2 * day)
+        let approval = try ledger.approveReviewed(caseId: "C-1", approver: "mallory", key: mallory, at: t + 2 * day)
         #expect(!approval.accepted)
         #expect(approval.checks.first { $0.name == "approver-enrolled" }?.passed == false)
         let digest = try #require(request.planDigest)
@@ -179,14 +189,14 @@ import Testing
     @Test func removedApproverCanNeitherApproveNorApply() throws {
         defer { directory.remove() }
         try requested()
-        #expect(try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
-        _ = try ledger.removeStaff("adam", administrator: "root", administratorKey: root, at: t + 2 * day)
+        #expect(try ledger.approveReviewed(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
+        try remove("adam", at: t + 2 * day)
         try expectApplyRefused("C-1", check: "approver-enrolled")
         try expectApplyRefused("C-1", check: "applier-enrolled", staff: "adam", key: adam)
         // A removed approver cannot approve another case either.
         purchase("dave", "1002", at: t)
         _ = try ledger.requestTransfer(input("C-9", otid: "1002", target: "erin"), operator: "olivia", key: olivia, at: t + 3 * day)
-        let again = try ledger.approveTransfer(caseId: "C-9", approver: "adam", key: adam, at: t + 3 * day)
+        let again = try ledger.approveReviewed(caseId: "C-9", approver: "adam", key: adam, at: t + 3 * day)
         #expect(again.checks.first { $0.name == "approver-enrolled" }?.passed == false)
     }
 
@@ -196,7 +206,7 @@ import Testing
         let digest = try #require(request.planDigest)
         // A key that is not adam's enrolled key is refused at approval.
         let stolen = try Ed25519PrivateKey.generate()
-        let approval = try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: stolen, at: t + 2 * day)
+        let approval = try ledger.approveReviewed(caseId: "C-1", approver: "adam", key: stolen, at: t + 2 * day)
         #expect(approval.checks.first { $0.name == "approver-signature" }?.passed == false)
         // Garbage signature bytes.
         try appendRaw(
@@ -234,7 +244,7 @@ import Testing
     @Test func stalePlanIsRefused() throws {
         defer { directory.remove() }
         try requested()
-        #expect(try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
+        #expect(try ledger.approveReviewed(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
         // alice renews after the plan was signed: the lineage changed.
         purchase("alice", "1001", at: t + 2 * day, type: "renewal", tid: "10010002")
         let review = try ledger.reviewTransfer(caseId: "C-1")
@@ -272,9 +282,127 @@ import Testing
             try ledger.enrollStaff(
                 "olivia2", roles: .approver, publicKey: olivia.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root)
         }
-        #expect(throws: SupportRefusal.self) { try ledger.removeStaff("root", administrator: "root", administratorKey: root) }
         #expect(throws: SupportRefusal.self) { try ledger.enrollFirstAdministrator("eve", publicKey: mallory.publicKey) }
         #expect(try head() == before)
+    }
+
+    /// With two administrators, one alone only proposes; a second, different administrator's
+    /// signature over the same change applies it, once. Back to one administrator, only a second
+    /// administrator can be enrolled (the bootstrap).
+    @Test func rosterChangesNeedTwoAdministratorsAfterTheBootstrap() throws {
+        defer { directory.remove() }
+        let cy = try Ed25519PrivateKey.generate()
+        let proposal = try ledger.enrollStaff(
+            "cy", roles: .operator_, publicKey: cy.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root, at: t)
+        #expect(proposal.step == "propose")
+        #expect(proposal.appended.map(\.name) == ["roster-change-proposed"])
+        let digest = try #require(proposal.changeDigest)
+        // Not enrolled yet: cy cannot request.
+        purchase("alice", "1001", at: t)
+        #expect(
+            try ledger.requestTransfer(input("C-1"), operator: "cy", key: cy, at: t + day).checks.contains {
+                $0.name == "operator-enrolled" && !$0.passed
+            })
+        // The review shows the change and appends nothing.
+        let before = try head()
+        let review = try ledger.reviewRosterChange(digest: digest)
+        #expect(review.accepted)
+        #expect(review.checks.contains { $0.name == "second-administrator" })
+        #expect(review.step == "review-change")
+        #expect(review.rosterChange?.staff == "cy")
+        #expect(try head() == before)
+        // root cannot co-sign their own proposal; olivia is no administrator; an unknown digest names nothing.
+        for (admin, key, check) in [("root", root, "co-administrator-independent"), ("olivia", olivia, "co-administrator-enrolled")] {
+            do {
+                _ = try ledger.coSignRosterChange(digest: digest, administrator: admin, key: key, at: t)
+                Issue.record("\(admin) co-signed")
+            } catch let refusal as SupportRefusal {
+                #expect(refusal.outcome.checks.contains { $0.name == check && !$0.passed }, "\(refusal)")
+            }
+        }
+        #expect(throws: SupportRefusal.self) { try ledger.coSignRosterChange(digest: .zero, administrator: "ann", key: ann, at: t) }
+        // ann signs with a key that is not hers.
+        #expect(throws: SupportRefusal.self) { try ledger.coSignRosterChange(digest: digest, administrator: "ann", key: mallory(), at: t) }
+        #expect(try head() == before)
+        let cosigned = try ledger.coSignRosterChange(digest: digest, administrator: "ann", key: ann, at: t)
+        #expect(cosigned.accepted, "\(cosigned.refusalReason ?? "")")
+        guard case .staffEnrolled(let enrolled)? = cosigned.appended.first else {
+            Issue.record("no enrolment appended")
+            return
+        }
+        #expect(enrolled.enrolledBy == "root")
+        #expect(enrolled.coSignedBy == "ann")
+        #expect(try ledger.requestTransfer(input("C-1"), operator: "cy", key: cy, at: t + day).accepted)
+        // The same proposal cannot be co-signed twice.
+        #expect(throws: SupportRefusal.self) { try ledger.coSignRosterChange(digest: digest, administrator: "ann", key: ann, at: t) }
+        // root leaves (root proposes, ann co-signs); ann alone may only enrol a second administrator.
+        let leaving = try ledger.removeStaff("root", administrator: "root", administratorKey: root, at: t)
+        _ = try ledger.coSignRosterChange(digest: try #require(leaving.changeDigest), administrator: "ann", key: ann, at: t)
+        let dee = try Ed25519PrivateKey.generate()
+        do {
+            _ = try ledger.enrollStaff(
+                "dee", roles: .approver, publicKey: dee.publicKey, ownAccountUID: nil, administrator: "ann", administratorKey: ann, at: t)
+            Issue.record("a single administrator enrolled an approver")
+        } catch let refusal as SupportRefusal {
+            #expect(refusal.outcome.checks.contains { $0.name == "bootstrap" && !$0.passed })
+        }
+        #expect(throws: SupportRefusal.self) { try ledger.removeStaff("ann", administrator: "ann", administratorKey: ann, at: t) }
+        let second = try ledger.enrollStaff(
+            "dee", roles: .administrator, publicKey: dee.publicKey, ownAccountUID: nil, administrator: "ann", administratorKey: ann, at: t)
+        #expect(second.step == "enroll")
+        #expect(second.accepted)
+        try expectIntact()
+        let audit = try ledger.audit().filter { $0.entry.kind == "staff-enrolled" || $0.entry.kind == "staff-removed" }
+        #expect(audit.filter { !$0.isValid }.isEmpty)
+        #expect(audit.last?.coSignature == "not-required-bootstrap")
+        #expect(audit.contains { $0.entry.staff == "cy" && $0.coSigner == "ann" && $0.coSignature == "valid" })
+    }
+
+    func mallory() throws -> Ed25519PrivateKey { try Ed25519PrivateKey.generate() }
+
+    /// The approver pins the plan they reviewed: another digest is refused and recorded.
+    @Test func anApprovalOfAnotherPlanDigestIsRefused() throws {
+        defer { directory.remove() }
+        let request = try requested()
+        let other = try Ledger.digest(of: Array("another plan".utf8))
+        let before = try head()
+        let approval = try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, planDigest: other, at: t + 2 * day)
+        #expect(!approval.accepted)
+        let check = try #require(approval.checks.first { $0.name == "approval-same-plan" })
+        #expect(!check.passed)
+        #expect(check.detail.contains(other.hex) && check.detail.contains(request.planDigest?.hex ?? "?"))
+        #expect(try head() == before + 1)
+        guard case .transferRefused(let refusal) = try lastEvent() else {
+            Issue.record("no refusal recorded")
+            return
+        }
+        #expect(refusal.lineage == request.plan?.lineage)
+        let reviewed = try #require(request.planDigest)
+        #expect(try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, planDigest: reviewed).accepted)
+    }
+
+    /// Every apply is signed by its applier; audit and verify check it, and a forged one is flagged.
+    @Test func theApplyIsSignedAndCheckedByAuditAndVerify() throws {
+        defer { directory.remove() }
+        let request = try requested()
+        _ = try ledger.approveReviewed(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day)
+        let applied = try ledger.applyTransfer(caseId: "C-1", staff: "olivia", key: olivia, at: t + 3 * day)
+        guard case .transferApplied(let event)? = applied.appended.last else {
+            Issue.record("not applied: \(applied.refusalReason ?? "")")
+            return
+        }
+        #expect(try olivia.publicKey.isValidSignature(event.signature, for: event.signedMessage))
+        #expect(try ledger.audit().first { $0.entry.kind == "transfer-applied" }?.signature == "valid")
+        try expectIntact()
+        // The same apply recorded again, signed by adam in olivia's name.
+        var forged = event
+        forged.signature = try adam.sign(event.signedMessage)
+        try appendRaw([.transferApplied(forged)], at: t + 4 * day)
+        #expect(try ledger.audit().last { $0.entry.kind == "transfer-applied" }?.signature == "invalid")
+        let violations = try ledger.store.replay().violations
+        let last = try head()
+        #expect(violations.contains { $0.sequence == last && $0.message.contains("apply signature") })
+        #expect(request.accepted)
     }
 
     // MARK: Recovery
@@ -282,7 +410,7 @@ import Testing
     @Test func recoveryFromALiveAccountEndsTheOldEntitlementAndTheOldRestoreIsDenied() throws {
         defer { directory.remove() }
         try requested()
-        #expect(try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
+        #expect(try ledger.approveReviewed(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
         let applied = try ledger.applyTransfer(caseId: "C-1", staff: "olivia", key: olivia, at: t + 3 * day)
         #expect(applied.accepted, "\(applied.refusalReason ?? "")")
         #expect(applied.appended.count == 2)
@@ -313,7 +441,7 @@ import Testing
             Issue.record("the plan does not start from the tombstone")
             return
         }
-        #expect(try ledger.approveTransfer(caseId: "C-4", approver: "adam", key: adam, at: t + 2 * day).accepted)
+        #expect(try ledger.approveReviewed(caseId: "C-4", approver: "adam", key: adam, at: t + 2 * day).accepted)
         let applied = try ledger.applyTransfer(caseId: "C-4", staff: "adam", key: adam, at: t + 3 * day)
         #expect(applied.accepted, "\(applied.refusalReason ?? "")")
         #expect(applied.appended.count == 1)
@@ -335,8 +463,8 @@ import Testing
     @Test func auditTrailReplaysToTheSameContentAndEverySignatureVerifies() throws {
         defer { directory.remove() }
         try requested()
-        _ = try ledger.approveTransfer(caseId: "C-1", approver: "olivia", key: olivia, at: t + 2 * day)
-        _ = try ledger.approveTransfer(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day)
+        _ = try ledger.approveReviewed(caseId: "C-1", approver: "olivia", key: olivia, at: t + 2 * day)
+        _ = try ledger.approveReviewed(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day)
         _ = try ledger.applyTransfer(caseId: "C-1", staff: "olivia", key: olivia, at: t + 3 * day)
         let trail = try ledger.audit()
         let kinds = trail.map(\.entry.kind)
@@ -345,8 +473,11 @@ import Testing
         }
         for record in trail where record.signature != nil {
             #expect(["valid", "unsigned-first-administrator"].contains(record.signature ?? ""), "\(record.entry)")
+            #expect(record.isValid, "\(record.entry)")
         }
-        #expect(trail.filter { $0.signature == "valid" }.count == 5)  // 3 enrolments, request, approval
+        // ann's enrolment (the bootstrap), 3 proposals and their co-signed enrolments, request, approval, apply.
+        #expect(trail.filter { $0.signature == "valid" }.count == 10)
+        #expect(trail.filter { $0.coSignature == "valid" }.count == 3)
         let reopened = try Ledger(opening: ledger.store.location)
         #expect(try reopened.audit().map(\.entry) == trail.map(\.entry))
         #expect(try reopened.audit().map(\.signature) == trail.map(\.signature))
@@ -406,7 +537,7 @@ import Testing
             try LedgerBinary.run(arguments + ["--store", store], stdin: stdin)
         }
         func key(_ name: String) -> String { dir.path("\(name).key").path }
-        for name in ["root", "olivia", "adam"] {
+        for name in ["root", "ann", "olivia", "adam"] {
             let generated = try LedgerBinary.run(["support", "keygen", "--out", key(name)])
             #expect(generated.status == 0, "\(generated.stderr)")
             #expect((generated.json["publicKey"] as? String)?.contains("BEGIN PUBLIC KEY") == true)
@@ -418,12 +549,31 @@ import Testing
         ])
         #expect(initialised.status == 0, "\(initialised.stderr)")
         #expect(initialised.json["administrator"] as? String == "root")
+        // The bootstrap: root alone enrols the second administrator; then each change is proposed by
+        // one administrator and co-signed by the other (ann's key read from standard input).
+        let second = try ledger([
+            "support", "enroll", "--staff", "ann", "--roles", "administrator", "--public-key", key("ann") + ".pub", "--admin", "root",
+            "--admin-key", key("root"),
+        ])
+        #expect(second.status == 0, "\(second.stderr)")
+        #expect(second.json["step"] as? String == "enroll")
         for (staff, roles) in [("olivia", "operator"), ("adam", "approver")] {
-            let enrolled = try ledger([
+            let proposed = try ledger([
                 "support", "enroll", "--staff", staff, "--roles", roles, "--public-key", key(staff) + ".pub", "--admin", "root", "--admin-key",
                 key("root"), "--own-account", "\(staff)-personal",
             ])
-            #expect(enrolled.status == 0, "\(enrolled.stderr)")
+            #expect(proposed.status == 0, "\(proposed.stderr)")
+            #expect(proposed.json["step"] as? String == "propose")
+            let change = try #require(proposed.json["changeDigest"] as? String)
+            #expect((proposed.json["note"] as? String)?.contains("ledger support cosign --change \(change)") == true)
+            let review = try ledger(["support", "cosign", "--change", change])
+            #expect(review.status == 0, "\(review.stderr)")
+            #expect((review.json["change"] as? [String: Any])?["staff"] as? String == staff)
+            let cosigned = try ledger(
+                ["support", "cosign", "--change", change, "--admin", "ann", "--admin-key", "-"],
+                stdin: try String(contentsOfFile: key("ann"), encoding: .utf8))
+            #expect(cosigned.status == 0, "\(cosigned.stderr)")
+            #expect(cosigned.json["appended"] as? [String] == ["staff-enrolled"])
         }
         let forged = try ledger([
             "support", "enroll", "--staff", "eve", "--roles", "approver", "--public-key", key("adam") + ".pub", "--admin", "olivia", "--admin-key",
@@ -442,10 +592,20 @@ import Testing
         ])
         #expect(request.status == 0, "\(request.stderr)")
         let digest = try #require(request.json["planDigest"] as? String)
-        let selfApproval = try ledger(["support", "approve", "--case", "CASE-7", "--approver", "olivia", "--key", key("olivia")])
+        let selfApproval = try ledger([
+            "support", "approve", "--case", "CASE-7", "--plan-digest", digest, "--approver", "olivia", "--key", key("olivia"),
+        ])
         #expect(selfApproval.status == 1)
         #expect(selfApproval.stderr.contains("refused"))
-        let approval = try ledger(["support", "approve", "--case", "CASE-7", "--approver", "adam", "--key", key("adam")])
+        let otherPlan = String(repeating: "ab", count: 32)
+        let wrongPlan = try ledger(["support", "approve", "--case", "CASE-7", "--plan-digest", otherPlan, "--approver", "adam", "--key", key("adam")])
+        #expect(wrongPlan.status == 1)
+        #expect(wrongPlan.stderr.contains("approval-same-plan"), "\(wrongPlan.stderr)")
+        #expect(
+            try ledger(["support", "approve", "--case", "CASE-7", "--plan-digest", "abc", "--approver", "adam", "--key", key("adam")]).status == 2)
+        let review = try ledger(["support", "transfer", "--case", "CASE-7"])
+        #expect((review.json["note"] as? String)?.contains("--plan-digest \(digest)") == true, "\(review.stdout)")
+        let approval = try ledger(["support", "approve", "--case", "CASE-7", "--plan-digest", digest, "--approver", "adam", "--key", key("adam")])
         #expect(approval.status == 0, "\(approval.stderr)")
         #expect(approval.json["planDigest"] as? String == digest)
         let before = try ledger(["stats"]).json["records"] as? Int
@@ -475,9 +635,12 @@ import Testing
         #expect(audit.status == 0, "\(audit.stderr)")
         let entries = audit.lines.map(Fixtures.object)
         #expect(entries.compactMap { $0["signature"] as? String }.allSatisfy { $0 == "valid" || $0 == "unsigned-first-administrator" })
+        #expect(entries.compactMap { $0["coSignature"] as? String } == ["not-required-bootstrap", "valid", "valid"])
+        #expect(entries.first { $0["kind"] as? String == "transfer-applied" }?["signedBy"] as? String == "olivia")
         #expect(try ledger(["audit"]).stdout == audit.stdout)
         let byCase = try ledger(["audit", "--case", "CASE-7"]).lines.map { Fixtures.object($0)["kind"] as? String ?? "" }
-        #expect(byCase == ["transfer-requested", "transfer-refused", "transfer-approved", "transfer-applied", "transfer-refused"])
+        #expect(
+            byCase == ["transfer-requested", "transfer-refused", "transfer-refused", "transfer-approved", "transfer-applied", "transfer-refused"])
         let verify = try ledger(["verify"])
         #expect(verify.status == 0, "\(verify.stdout)")
         // No customer UID or Apple transaction id of the scenario is anywhere in the store.
@@ -594,8 +757,8 @@ import Testing
             }
             expectRefused(.caseId) { _ = try ledger.requestTransfer(input(bad), operator: "olivia", key: olivia, at: t + day) }
             expectRefused(.operator_) { _ = try ledger.requestTransfer(input("C-1"), operator: bad, key: olivia, at: t + day) }
-            expectRefused(.caseId) { _ = try ledger.approveTransfer(caseId: bad, approver: "adam", key: adam, at: t + day) }
-            expectRefused(.approver) { _ = try ledger.approveTransfer(caseId: "C-1", approver: bad, key: adam, at: t + day) }
+            expectRefused(.caseId) { _ = try ledger.approveReviewed(caseId: bad, approver: "adam", key: adam, at: t + day) }
+            expectRefused(.approver) { _ = try ledger.approveReviewed(caseId: "C-1", approver: bad, key: adam, at: t + day) }
             expectRefused(.caseId) { _ = try ledger.reviewTransfer(caseId: bad) }
             expectRefused(.caseId) { _ = try ledger.applyTransfer(caseId: bad, staff: "olivia", key: olivia, at: t + day) }
             expectRefused(.staff) { _ = try ledger.applyTransfer(caseId: "C-1", staff: bad, key: olivia, at: t + day) }
@@ -664,8 +827,11 @@ import Testing
                     "--target-auth", "re-auth", "--evidence", "order lookup", "--operator", long, "--key", keyFile,
                 ]
             ),
-            ("case", ["approve", "--case", long, "--approver", "root", "--key", keyFile]),
-            ("approver", ["approve", "--case", "CASE-1", "--approver", long, "--key", keyFile]),
+            ("case", ["approve", "--case", long, "--plan-digest", String(repeating: "0", count: 64), "--approver", "root", "--key", keyFile]),
+            (
+                "approver",
+                ["approve", "--case", "CASE-1", "--plan-digest", String(repeating: "0", count: 64), "--approver", long, "--key", keyFile]
+            ),
             ("case", ["transfer", "--case", long]),
             ("staff", ["transfer", "--case", "CASE-1", "--apply", "--staff", long, "--key", keyFile]),
         ]

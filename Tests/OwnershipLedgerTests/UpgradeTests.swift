@@ -73,8 +73,14 @@ import Testing
         // verify, audit (the support steps' signatures over format-1 plan bytes), and the format-1 checkpoint.
         let verify = try LedgerBinary.run(["verify", "--store", new.path])
         #expect(verify.status == 0 && verify.json["intact"] as? Bool == true, "\(verify.stdout)")
+        // Format 1 kept no apply signature and needed one administrator: noted, not violations.
+        let notes = (verify.json["formatOneHistory"] as? [[String: Any]] ?? []).compactMap { $0["message"] as? String }
+        #expect(notes.count == 3 && notes.last?.contains("no apply signature") == true, "\(notes)")
         let audit = try LedgerBinary.run(["audit", "--store", new.path])
         #expect(audit.status == 0, "\(audit.stdout) \(audit.stderr)")
+        let entries = audit.lines.map(Fixtures.object)
+        #expect(entries.first { $0["kind"] as? String == "transfer-applied" }?["signature"] as? String == "unsigned-format-1")
+        #expect(entries.filter { $0["coSignature"] as? String == "not-required-format-1" }.count == 2)
         let checkpoint = try LedgerBinary.run([
             "verify", "--store", new.path, "--checkpoint", FormatOneFixture.directory.appendingPathComponent("checkpoint.txt").path,
             "--public-key", FormatOneFixture.directory.appendingPathComponent("signing.pub").path,
