@@ -297,12 +297,25 @@ final class PostgresAccess: EngineReader, EngineWriter {
         return try withExtendedLifetime(rows) { try PostgresRowDecoding.digest(rows.value(0, 0)) }
     }
 
+    /// Rows and bytes (with indexes and TOAST) per table, under the names of the LMDB databases they
+    /// stand for (`ledger stats` and `verify` read them alike on both engines).
     func statistics() throws -> [(name: String, entries: Int, bytes: Int)] {
-        try PostgresEngine.tables.map { table in
-            let rows = try query("SELECT count(*), pg_total_relation_size($1::regclass) FROM \(table)", [.text(table)])
-            return try withExtendedLifetime(rows) {
-                (table, Int(try PostgresRowDecoding.int64(rows.value(0, 0))), Int(try PostgresRowDecoding.int64(rows.value(0, 1))))
+        let databases: [(String, [String])] = [
+            ("log", ["ledger_log"]), ("commands", ["ledger_commands"]), ("lineages", ["ledger_lineages"]),
+            ("account-lineages", ["ledger_account_lineages"]), ("read-models", ["ledger_read_models"]),
+            ("identities", ["ledger_identities", "ledger_sealed_uids"]), ("merkle", ["ledger_merkle"]), ("meta", ["ledger_meta", "ledger_head"]),
+        ]
+        return try databases.map { name, tables in
+            var entries = 0
+            var bytes = 0
+            for table in tables {
+                let rows = try query("SELECT count(*), pg_total_relation_size($1::regclass) FROM \(table)", [.text(table)])
+                try withExtendedLifetime(rows) {
+                    entries += Int(try PostgresRowDecoding.int64(rows.value(0, 0)))
+                    bytes += Int(try PostgresRowDecoding.int64(rows.value(0, 1)))
+                }
             }
+            return (name, entries, bytes)
         }
     }
 

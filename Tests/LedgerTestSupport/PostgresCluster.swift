@@ -45,15 +45,25 @@ public final class PostgresCluster: @unchecked Sendable {
     /// A cluster of its own (for tests that stop and restart the server), stopped by ``stopAndRemove()``.
     public static func standalone() throws -> PostgresCluster { try PostgresCluster() }
 
-    init() throws {
+    /// A hot standby of this cluster (`pg_basebackup -R`, streaming replication), read-only, started;
+    /// stop it with ``stopAndRemove()``.
+    public func standby() throws -> PostgresCluster { try PostgresCluster(standbyOf: self) }
+
+    init(standbyOf primary: PostgresCluster? = nil) throws {
         binaries = try Self.findBinaries()
         // A short path: a Unix socket path is limited to 107 bytes.
         directory = URL(fileURLWithPath: "/tmp/ledger-pg-\(getpid())-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         if getuid() == 0 { try run("/bin/chown", ["postgres:postgres", directory.path], asServer: false) }
-        try run(
-            binaries.appendingPathComponent("initdb").path,
-            ["-D", dataDirectory, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"])
+        if let primary {
+            try run(
+                binaries.appendingPathComponent("pg_basebackup").path,
+                ["-h", primary.socketDirectory, "-U", "postgres", "-D", dataDirectory, "-R", "-X", "stream", "--no-sync"])
+        } else {
+            try run(
+                binaries.appendingPathComponent("initdb").path,
+                ["-D", dataDirectory, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale", "--no-sync"])
+        }
         try start()
         // Stops the server should this process die without running its exit handlers.
         let watchdog =

@@ -58,7 +58,13 @@ import Testing
         #expect(try run(["log"]).lines.count == 3)
         #expect(try run(["verify"]).json["intact"] as? Bool == true)
         #expect(try run(["rebuild", "--check"]).json["repaired"] as? Bool == false)
-        #expect(try run(["stats"]).json["records"] as? Int == 3)
+        let stats = try run(["stats"]).json
+        #expect(stats["records"] as? Int == 3)
+        // The same database names as LMDB's (verify sizes its passes by the read models' count).
+        let databases = stats["databases"] as? [String: [String: Int]] ?? [:]
+        #expect(databases["read-models"]?["entries"] == 2)
+        #expect(databases["log"]?["entries"] == 3)
+        #expect(databases["identities"]?["entries"] == 6)
         let checkpoint = try run(["checkpoint", "--out", directory.path("cp").path, "--public-key-out", directory.path("pub.pem").path])
         #expect(try run(["verify", "--checkpoint", directory.path("cp").path]).json["intact"] as? Bool == true, "\(checkpoint.stdout)")
         _ = try run(["replay", "--original-transaction-id", "1001"])
