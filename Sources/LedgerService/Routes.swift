@@ -283,7 +283,7 @@ final class Routes: Sendable {
         } catch {
             return unavailable("the store cannot be read: \(error)", code: "store-unreadable")
         }
-        if case .directory(let directory) = ledger.store.location, access(directory.path, W_OK) != 0 {
+        if case .directory(let directory, _) = ledger.store.location, access(directory.path, W_OK) != 0 {
             return unavailable("the store directory is not writable", code: "store-read-only")
         }
         if let failure = state.failure { return unavailable("the last commit failed: \(failure)", code: "store-failing") }

@@ -103,10 +103,11 @@ extension LedgerStore {
     /// file). Refuses with ``LedgerStoreError/storeInUse(directory:)`` while any other process, or
     /// another open store in this process, has the store open; stores opening meanwhile are refused
     /// with ``LedgerStoreError/storeBusy(directory:)``.
+    /// The key files are read from `keyDirectory` (default: `directory`) to check the store's key.
     /// - Complexity: O(live pages).
-    public static func compact(at directory: URL) throws -> CompactionResult {
+    public static func compact(at directory: URL, keyDirectory: URL? = nil) throws -> CompactionResult {
         let dataFile = directory.appendingPathComponent("data.mdb")
-        if let detail = try interruptedInit(in: directory) {
+        if let detail = try interruptedInit(in: directory, keyDirectory: keyDirectory) {
             throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
         }
         guard try FileAccess.exists(dataFile.path) else {
@@ -124,7 +125,7 @@ extension LedgerStore {
         }
         let copy = temporary.appendingPathComponent("data.mdb")
         do {
-            try copyCompacted(directory: directory, lock: lock, to: temporary)
+            try copyCompacted(directory: directory, keyDirectory: keyDirectory, lock: lock, to: temporary)
             // LMDB creates the copy with mode 0666 less the umask: keep the original's 0600.
             guard chmod(copy.path, 0o600) == 0 else {
                 throw FileAccess.failure("set the mode of", copy.path, errno)
@@ -148,8 +149,8 @@ extension LedgerStore {
 
     /// Opens the store under the exclusive `lock` (checking its key and format) and writes the
     /// compacted copy; the environment is closed when this returns.
-    private static func copyCompacted(directory: URL, lock: StoreLock, to temporary: URL) throws {
-        let store = try LedgerStore(opening: directory, lock: lock)
+    private static func copyCompacted(directory: URL, keyDirectory: URL?, lock: StoreLock, to temporary: URL) throws {
+        let store = try LedgerStore(opening: directory, keyDirectory: keyDirectory, lock: lock)
         try lmdb(mdb_env_copy2(try store.lmdbEngine.environment.handle, temporary.path, UInt32(MDB_CP_COMPACT)), "mdb_env_copy2(\(temporary.path))")
     }
 

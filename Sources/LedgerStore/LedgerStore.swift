@@ -15,7 +15,7 @@ public final class LedgerStore: @unchecked Sendable {
     /// Suffix of the key files `create` writes before renaming them into place.
     static let partialSuffix = ".partial"
 
-    /// The directory of the key files (and of `data.mdb` for an LMDB store).
+    /// The directory of `data.mdb` for an LMDB store; of the key files for a PostgreSQL store.
     public let directory: URL
     public let location: StoreLocation
     public let keys: LedgerKeys
@@ -36,58 +36,44 @@ public final class LedgerStore: @unchecked Sendable {
     }
 
     /// Creates a new store in `directory` (created if needed): the key files (new ones, or
-    /// `keyFiles`), the LMDB environment and the metadata. `configuration` is kept opaque in the
-    /// metadata for the layer above.
+    /// `keyFiles`) in `keyDirectory` (default: `directory`; see ``NewKeyFiles``), the LMDB environment
+    /// and the metadata. `configuration` is kept opaque in the metadata for the layer above.
     ///
     /// The key files are written as `*.partial` and renamed into place only once the metadata
     /// transaction has committed, so an interrupted `create` leaves either a complete store or
     /// `.partial` files, which ``LedgerStoreError/incompleteInit(directory:detail:)`` reports (they
-    /// are never deleted automatically).
-    public static func create(at directory: URL, configuration: [UInt8], keyFiles: KeyFiles? = nil) throws -> LedgerStore {
-        try create(at: directory, configuration: configuration, keyFiles: keyFiles, initialMapSize: LMDBEnvironment.defaultMapSize)
+    /// are never deleted automatically). A key directory that already holds another ledger's key
+    /// files is refused (``LedgerStoreError/keysInUse(directory:)``).
+    public static func create(
+        at directory: URL, keyDirectory: URL? = nil, configuration: [UInt8], keyFiles: KeyFiles? = nil
+    ) throws -> LedgerStore {
+        try create(
+            at: directory, keyDirectory: keyDirectory, configuration: configuration, keyFiles: keyFiles,
+            initialMapSize: LMDBEnvironment.defaultMapSize)
     }
 
-    /// ``create(at:configuration:keyFiles:)`` with a map of `initialMapSize` bytes (tests grow small maps).
-    static func create(at directory: URL, configuration: [UInt8], keyFiles: KeyFiles?, initialMapSize: Int) throws -> LedgerStore {
+    /// ``create(at:keyDirectory:configuration:keyFiles:)`` with a map of `initialMapSize` bytes (tests grow small maps).
+    static func create(
+        at directory: URL, keyDirectory: URL? = nil, configuration: [UInt8], keyFiles: KeyFiles?, initialMapSize: Int
+    ) throws -> LedgerStore {
         try FileAccess.createDirectories(directory)
         let lock = try lockForCreating(directory)
-        let keyFile = directory.appendingPathComponent(LedgerKeys.fileName)
-        let signingKeyFile = directory.appendingPathComponent(SigningKey.fileName)
-        let partialKeyFile = directory.appendingPathComponent(LedgerKeys.fileName + partialSuffix)
-        let partialSigningKeyFile = directory.appendingPathComponent(SigningKey.fileName + partialSuffix)
-        let keys: LedgerKeys
-        let signingKey: Ed25519PrivateKey
-        if let keyFiles {
-            try writeNew(keyFiles.ledgerKey, to: partialKeyFile)
-            keys = try LedgerKeys.load(from: partialKeyFile)
-            if let signing = keyFiles.signingKey {
-                try writeNew(signing, to: partialSigningKeyFile)
-                signingKey = try SigningKey.load(from: partialSigningKeyFile)
-            } else {
-                signingKey = try SigningKey.create(at: partialSigningKeyFile)
-            }
-        } else {
-            keys = try LedgerKeys.create(at: partialKeyFile)
-            signingKey = try SigningKey.create(at: partialSigningKeyFile)
-        }
+        let newKeys = try NewKeyFiles(in: keyDirectory ?? directory, keyFiles: keyFiles)
         let engine: LMDBEngine
         do {
             engine = try LMDBEngine(directory: directory, mode: .create, initialMapSize: initialMapSize)
         } catch let error as LMDBError where error.code == EACCES || error.code == EPERM {
             throw FileAccess.deniedEnvironment(in: directory, code: error.code)
         }
-        let store = LedgerStore(directory: directory, keys: keys, lock: lock, engine: engine)
+        let store = LedgerStore(
+            directory: directory, keys: newKeys.keys, lock: lock, engine: engine, location: .directory(directory, keys: newKeys.directory))
         try engine.write { _, writer in
             var batch = EngineBatch()
-            batch.meta = try initialMetadata(keys: keys, signingKey: signingKey, configuration: configuration)
+            batch.meta = try initialMetadata(keys: newKeys.keys, signingKey: newKeys.signingKey, configuration: configuration)
             batch.head = LogHead()
             try writer.apply(batch)
         }
-        for (partial, final) in [(partialKeyFile, keyFile), (partialSigningKeyFile, signingKeyFile)] {
-            guard rename(partial.path, final.path) == 0 else {
-                throw FileAccess.failure("rename \(partial.path) to \(final.lastPathComponent) in", directory.path, errno)
-            }
-        }
+        try newKeys.commit()
         try syncFile(directory)
         try lock.downgrade(directory: directory)
         return store
@@ -100,9 +86,6 @@ public final class LedgerStore: @unchecked Sendable {
             (.configuration, configuration), (.keyCheck, keys.checkValue), (.signingKey, try SigningKey.fingerprint(signingKey.publicKey)),
         ]
     }
-
-    /// Writes `data` to a new file at `url`, mode 0600, synced.
-    private static func writeNew(_ data: Data, to url: URL) throws { try FileAccess.createKeyFile(url, contents: [UInt8](data)) }
 
     /// The exclusive lock `create` holds until the store is complete, so a concurrent init or compact
     /// is refused. Throws when `directory` already holds a store, complete or not.
@@ -155,13 +138,16 @@ public final class LedgerStore: @unchecked Sendable {
     static let noMetadata =
         "data.mdb holds no ledger metadata; if this directory held a working ledger, restore data.mdb from your backup instead"
 
-    /// What is left of an interrupted `create` in `directory`, described for
-    /// ``LedgerStoreError/incompleteInit(directory:detail:)``; nil when there is no sign of one. Throws when
-    /// the directory cannot be searched (``FileAccess/exists(_:)``).
-    static func interruptedInit(in directory: URL) throws -> String? {
+    /// What is left of an interrupted `create` in `directory` (with its key files in `keyDirectory`,
+    /// default `directory`), described for ``LedgerStoreError/incompleteInit(directory:detail:)``; nil
+    /// when there is no sign of one. Throws when a directory cannot be searched (``FileAccess/exists(_:)``).
+    static func interruptedInit(in directory: URL, keyDirectory: URL? = nil) throws -> String? {
         func exists(_ name: String) throws -> Bool { try FileAccess.exists(directory.appendingPathComponent(name).path) }
         let keyFiles = [LedgerKeys.fileName, SigningKey.fileName]
-        let partials = try keyFiles.map { $0 + partialSuffix }.filter(exists)
+        let keyDirectory = keyDirectory ?? directory
+        let partials = try keyFiles.map { $0 + partialSuffix }.filter {
+            try exists($0) || FileAccess.exists(keyDirectory.appendingPathComponent($0).path)
+        }
         if !partials.isEmpty { return partials.joined(separator: " and ") + " left over" }
         guard try !exists("data.mdb") else { return nil }
         let present = try keyFiles.filter(exists)
@@ -170,18 +156,20 @@ public final class LedgerStore: @unchecked Sendable {
             + " without data.mdb; if data.mdb was lost rather than never written, restore it from your backup instead"
     }
 
-    /// Opens an existing store. Refuses a missing or world-readable key file, a store of another
-    /// format (format 1: ``LedgerStoreError/formatOne(directory:)``, naming the upgrade command), a
-    /// truncated data file and the remains of an interrupted `create`; runs no write transaction
-    /// (unless the read models were persisted by another projection version: they are rebuilt).
-    /// Holds `ledger.lock` shared until the store is released (refused while `compact` holds it).
-    public convenience init(opening directory: URL) throws {
-        try self.init(opening: directory, lock: nil)
+    /// Opens an existing store, its key files in `keyDirectory` (default: `directory`). Refuses a
+    /// missing or world-readable key file, a store of another format (format 1:
+    /// ``LedgerStoreError/formatOne(directory:)``, naming the upgrade command), a truncated data file
+    /// and the remains of an interrupted `create`; runs no write transaction (unless the read models
+    /// were persisted by another projection version: they are rebuilt). Holds `ledger.lock` shared
+    /// until the store is released (refused while `compact` holds it).
+    public convenience init(opening directory: URL, keyDirectory: URL? = nil) throws {
+        try self.init(opening: directory, keyDirectory: keyDirectory, lock: nil)
     }
 
     /// Opens an existing store under `lock`, or under a new shared lock when nil.
-    convenience init(opening directory: URL, lock: StoreLock?) throws {
-        if let detail = try Self.interruptedInit(in: directory) {
+    convenience init(opening directory: URL, keyDirectory: URL? = nil, lock: StoreLock?) throws {
+        let keyDirectory = keyDirectory ?? directory
+        if let detail = try Self.interruptedInit(in: directory, keyDirectory: keyDirectory) {
             throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
         }
         let dataFile = directory.appendingPathComponent("data.mdb").path
@@ -189,7 +177,7 @@ public final class LedgerStore: @unchecked Sendable {
             throw LedgerStoreError.notInitialized(directory: directory.path)
         }
         let lock = try lock ?? StoreLock(directory: directory, mode: .shared, busy: .storeBusy(directory: directory.path))
-        let keys = try LedgerKeys.load(from: directory.appendingPathComponent(LedgerKeys.fileName))
+        let keys = try LedgerKeys.load(from: keyDirectory.appendingPathComponent(LedgerKeys.fileName))
         if try FileAccess.size(dataFile) == 0 {
             throw LedgerStoreError.corrupt("\(dataFile) is empty: restore data.mdb from your backup")
         }
@@ -203,7 +191,7 @@ public final class LedgerStore: @unchecked Sendable {
         } catch let error as LMDBError where error.code == EACCES || error.code == EPERM {
             throw FileAccess.deniedEnvironment(in: directory, code: error.code)
         }
-        self.init(directory: directory, keys: keys, lock: lock, engine: engine)
+        self.init(directory: directory, keys: keys, lock: lock, engine: engine, location: .directory(directory, keys: keyDirectory))
         try checkOpened()
     }
 
@@ -221,12 +209,15 @@ public final class LedgerStore: @unchecked Sendable {
             throw LedgerStoreError.newerFormat(found: format, supported: Self.formatVersion)
         }
         guard keyCheck == keys.checkValue else {
-            throw LedgerStoreError.wrongKey(path: directory.appendingPathComponent(LedgerKeys.fileName).path)
+            throw LedgerStoreError.wrongKey(path: keyDirectory.appendingPathComponent(LedgerKeys.fileName).path)
         }
         if modelVersion != StateProjection.version {
             _ = try replay(repair: true)
         }
     }
+
+    /// The directory of the key files: the store directory unless they live elsewhere (`--keys`).
+    public var keyDirectory: URL { location.keyDirectory }
 
     init(directory: URL, keys: LedgerKeys, lock: StoreLock?, engine: any LedgerEngine, location: StoreLocation? = nil) {
         self.directory = directory

@@ -5,6 +5,8 @@ public import LedgerCore
 public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendable {
     case notInitialized(directory: String)
     case alreadyInitialized(directory: String)
+    /// `init` was given a key directory that already holds key files (of another ledger).
+    case keysInUse(directory: String)
     case missingKey(path: String)
     case keyReadableByOthers(path: String, mode: UInt16)
     case malformedKey(path: String)
@@ -37,7 +39,7 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
     public var code: String {
         switch self {
         case .notInitialized: "not-initialized"
-        case .alreadyInitialized: "already-initialized"
+        case .alreadyInitialized, .keysInUse: "already-initialized"
         case .missingKey, .keyReadableByOthers, .malformedKey, .wrongKey: "key-file"
         case .newerFormat: "newer-format"
         case .missingSigningKey, .wrongSigningKey: "signing-key-file"
@@ -57,8 +59,10 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
             "no ledger at \(directory): run `ledger init --store \(directory) …` to create one, or pass --store with the right directory"
         case .alreadyInitialized(let directory):
             "\(directory) already holds a ledger; choose another --store directory or remove it first"
+        case .keysInUse(let directory):
+            "the key directory \(directory) already holds ledger key files: a new ledger gets new keys, never another ledger's; give an empty directory with --keys (or LEDGER_KEYS), or remove the files if they are left from a store you deleted"
         case .missingKey(let path):
-            "the ledger key file \(path) is missing: restore it from your backup (without it no lineage or account can be looked up)"
+            "the ledger key file \(path) is missing: restore it from your backup (without it no lineage or account can be looked up); if this store keeps its key files in another directory, give it with --keys DIR (or LEDGER_KEYS)"
         case .keyReadableByOthers(let path, let mode):
             "the ledger key file \(path) has mode \(String(mode, radix: 8)) and can be read by others: run `chmod 600 \(path)`"
         case .malformedKey(let path):
@@ -68,7 +72,7 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
         case .newerFormat(let found, let supported):
             "the store was written by format version \(found), newer than this ledger supports (\(supported)): upgrade the ledger tool"
         case .missingSigningKey(let path):
-            "the ledger signing key file \(path) is missing: restore it from your backup (checkpoints and dispute bundles were signed with it; a new key would make them unverifiable with the published public key)"
+            "the ledger signing key file \(path) is missing: restore it from your backup (checkpoints and dispute bundles were signed with it; a new key would make them unverifiable with the published public key); if this store keeps its key files in another directory, give it with --keys DIR (or LEDGER_KEYS)"
         case .wrongSigningKey(let path, let recorded, let found):
             "the ledger signing key file \(path) does not match the signing key this store recorded (the file's key is ownership-ledger/\(found.prefix(8)), the store's is ownership-ledger/\(recorded.prefix(8)), as in checkpoint origins): restore the matching key from your backup (checkpoints and dispute bundles were signed with it)"
         case .incompleteInit(let directory, let detail):

@@ -36,7 +36,7 @@ extension LedgerStore {
         from source: LedgerStore, to target: StoreLocation, progress: ((String, UInt64, UInt64) -> Void)? = nil
     ) throws -> (LedgerStore, MigrationReport) {
         let keyFiles = KeyFiles(
-            ledgerKey: Data(try FileAccess.readKeyFile(source.directory.appendingPathComponent(LedgerKeys.fileName))),
+            ledgerKey: Data(try FileAccess.readKeyFile(source.keyDirectory.appendingPathComponent(LedgerKeys.fileName))),
             signingKey: try FileAccess.exists(source.signingKeyURL.path) ? Data(try FileAccess.readKeyFile(source.signingKeyURL)) : nil)
         let copy = try create(at: target, configuration: try source.configuration(), keyFiles: keyFiles)
         let hasher = try LogHasher()

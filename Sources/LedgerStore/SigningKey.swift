@@ -36,7 +36,7 @@ public enum SigningKey {
 
 extension LedgerStore {
     /// Where the signing key file is.
-    public var signingKeyURL: URL { directory.appendingPathComponent(SigningKey.fileName) }
+    public var signingKeyURL: URL { keyDirectory.appendingPathComponent(SigningKey.fileName) }
 
     /// The ledger signing key. Refuses a missing file or a file with another key when the store
     /// recorded one (``LedgerStoreError/missingSigningKey(path:)``,
@@ -78,7 +78,15 @@ extension LedgerStore {
         return key
     }
 
-    private func checkSigningKey(_ key: Ed25519PrivateKey, recorded: [UInt8]) throws {
+    /// What signs for this store: `external` (a key kept elsewhere, such as a hardware token), which
+    /// must be the signing key the store recorded, or else the signing key file (``signingKey()``).
+    public func signer(_ external: (any LedgerSigner)? = nil) throws -> any LedgerSigner {
+        guard let external else { return try signingKey() }
+        if let recorded = try read({ try $0.meta(.signingKey) }) { try checkSigningKey(external, recorded: recorded) }
+        return external
+    }
+
+    private func checkSigningKey(_ key: some LedgerSigner, recorded: [UInt8]) throws {
         let found = try SigningKey.fingerprint(key.publicKey)
         guard found == recorded else {
             throw LedgerStoreError.wrongSigningKey(path: signingKeyURL.path, recorded: recorded.hex, found: found.hex)

@@ -52,23 +52,26 @@ public enum FormatOneUpgrade {
     static let groupSize = 20_000
 
     /// Upgrades the format-1 store in `old` into a new store in `new` (which must not hold one).
+    /// With `keyDirectory`, the new store keeps its key files there (the old store's, written there
+    /// when it does not hold them yet; the old key files are read from `old`, or from `keyDirectory`
+    /// when `old` has none); without it, in `new`.
     /// `clock` gives the time of the upgrade (record 1's `at`). Throws
     /// ``LedgerStoreError/corrupt(_:)`` when the old chain does not verify (nothing is created then),
     /// and when the new store does not verify.
     public static func upgrade(
-        from old: URL, to new: URL, clock: () -> Timestamp, progress: ((Phase, UInt64, UInt64) -> Void)? = nil
+        from old: URL, to new: URL, keyDirectory: URL? = nil, clock: () -> Timestamp, progress: ((Phase, UInt64, UInt64) -> Void)? = nil
     ) throws -> Report {
         let (oldPath, newPath) = (old.standardizedFileURL.resolvingSymlinksInPath().path, new.standardizedFileURL.resolvingSymlinksInPath().path)
         guard oldPath != newPath else {
             throw LedgerStoreError.corrupt(
                 "--from and --to are the same directory (\(oldPath)): the upgrade writes a new store and leaves the old one")
         }
-        let source = try FormatOneSource(directory: old)
+        let source = try FormatOneSource(directory: old, keyDirectory: keyDirectory)
         // 2. The old chain, before anything is created.
         let summary = try source.verify { progress?(.verifyingOld, $0, $1) }
         // 3. The new store.
         let keyFiles = try source.keyFiles()
-        let store = try LedgerStore.create(at: new, configuration: summary.configuration, keyFiles: keyFiles)
+        let store = try LedgerStore.create(at: new, keyDirectory: keyDirectory, configuration: summary.configuration, keyFiles: keyFiles)
         var appender = try LogAppender(head: LogHead())
         let upgraded = StoreUpgraded(
             fromFormat: 1, records: summary.records, headHash: summary.headHash, merkleRoot: summary.merkleRoot,
@@ -153,16 +156,20 @@ final class FormatOneSource {
     static let databases = ["log", "event-ids", "lineage-index", "account-index", "meta", "read-models", "identities", "submissions"]
 
     let directory: URL
+    /// Where the old key files are: `directory`, or the key directory given when `directory` has none.
+    let keyDirectory: URL
     let lock: StoreLock
     let keys: LedgerKeys
     let environment: LMDBEnvironment
 
-    init(directory: URL) throws {
+    init(directory: URL, keyDirectory: URL? = nil) throws {
         self.directory = directory
+        let beside = try FileAccess.exists(directory.appendingPathComponent(LedgerKeys.fileName).path)
+        self.keyDirectory = beside ? directory : keyDirectory ?? directory
         let dataFile = directory.appendingPathComponent("data.mdb").path
         guard try FileAccess.exists(dataFile) else { throw LedgerStoreError.notInitialized(directory: directory.path) }
         lock = try StoreLock(directory: directory, mode: .exclusive, busy: .storeInUse(directory: directory.path))
-        keys = try LedgerKeys.load(from: directory.appendingPathComponent(LedgerKeys.fileName))
+        keys = try LedgerKeys.load(from: self.keyDirectory.appendingPathComponent(LedgerKeys.fileName))
         do {
             environment = try LMDBEnvironment(path: directory.path, databaseNames: Self.databases, mode: .snapshot(required: "meta"))
         } catch let error as LMDBError where error.isNotFound {
@@ -181,7 +188,7 @@ final class FormatOneSource {
             throw LedgerStoreError.corrupt("\(directory.path) is not a format-1 ledger (format \(format.map(String.init) ?? "unknown"))")
         }
         guard keyCheck == keys.checkValue else {
-            throw LedgerStoreError.wrongKey(path: directory.appendingPathComponent(LedgerKeys.fileName).path)
+            throw LedgerStoreError.wrongKey(path: self.keyDirectory.appendingPathComponent(LedgerKeys.fileName).path)
         }
     }
 
@@ -189,8 +196,8 @@ final class FormatOneSource {
 
     /// The old key files, the signing key checked against the fingerprint the old store recorded.
     func keyFiles() throws -> LedgerStore.KeyFiles {
-        let ledgerKey = Data(try FileAccess.readKeyFile(directory.appendingPathComponent(LedgerKeys.fileName)))
-        let signingURL = directory.appendingPathComponent(SigningKey.fileName)
+        let ledgerKey = Data(try FileAccess.readKeyFile(keyDirectory.appendingPathComponent(LedgerKeys.fileName)))
+        let signingURL = keyDirectory.appendingPathComponent(SigningKey.fileName)
         let recorded = try meta("signing-key")
         guard try FileAccess.exists(signingURL.path) else {
             if recorded != nil { throw LedgerStoreError.missingSigningKey(path: signingURL.path) }

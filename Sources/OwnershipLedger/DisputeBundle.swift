@@ -240,7 +240,7 @@ extension Ledger {
     public func exportDispute(
         originalTransactionId: String, environment: AppleEnvironment? = nil, requestingUID: String? = nil, withholdPrivate: Bool = false
     ) throws -> Data {
-        let key = try signingKey()
+        let key = try signer()
         let lineage = try lineage(originalTransactionId: originalTransactionId, environment: environment)
         let hasher = try LogHasher()
         // One snapshot: the checkpoint, the records and their proofs all describe the same log.

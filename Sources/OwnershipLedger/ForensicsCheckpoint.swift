@@ -148,20 +148,22 @@ public struct CheckpointReport: Sendable {
 }
 
 extension Ledger {
-    /// The ledger signing key (created on first use for a store made before it existed).
-    public func signingKey() throws -> Ed25519PrivateKey { try store.signingKey() }
+    /// What signs checkpoints and bundles: the signer given when the ledger was opened (checked
+    /// against the signing key the store recorded), else the signing key file (created on first use
+    /// for a store made before it existed).
+    public func signer() throws -> any LedgerSigner { try store.signer(externalSigner) }
 
     /// Signs a checkpoint of the whole log as it is now: origin, size, RFC 6962 root over the stored
     /// record bytes (from the head's Merkle frontier) and the projection state hash of the persisted
     /// read models (which `ledger verify` checks equal a fresh replay).
     /// - Complexity: O(read models); no record is read.
     public func makeCheckpoint() throws -> (text: String, checkpoint: Checkpoint) {
-        let key = try signingKey()
+        let key = try signer()
         return try store.read { try checkpoint(of: $0, key: key) }
     }
 
     /// A checkpoint of the log `reader` sees, signed with `key`.
-    func checkpoint(of reader: any EngineReader, key: Ed25519PrivateKey) throws -> (text: String, checkpoint: Checkpoint) {
+    func checkpoint(of reader: any EngineReader, key: any LedgerSigner) throws -> (text: String, checkpoint: Checkpoint) {
         let origin = try Forensics.origin(for: key.publicKey)
         let (head, stateHash) = (try reader.head(), try Forensics.persistedStateHash(reader))
         let checkpoint = try Checkpoint(
@@ -179,7 +181,7 @@ extension Ledger {
         _ text: String, publicKey: Ed25519PublicKey? = nil, reducer: Forensics.Reducer = StateProjection.evolve
     ) throws -> CheckpointReport {
         let parsed = try Checkpoint.parse(text).checkpoint
-        let key = try publicKey ?? signingKey().publicKey
+        let key = try publicKey ?? signer().publicKey
         var problems: [String] = []
         var signatureVerified = true
         do {

@@ -16,6 +16,8 @@ public final class Ledger: @unchecked Sendable {
     /// The ledger clock: every record's `recordedAt` (never the caller's time, never earlier than the
     /// previous record's).
     public let clock: @Sendable () -> Timestamp
+    /// The signer given at opening, if any (see ``signer()``).
+    let externalSigner: (any LedgerSigner)?
 
     /// Creates a ledger in `directory` for the app `configuration` describes. `administrator`, when
     /// given, is enrolled as the first support-roster administrator (see ``enrollFirstAdministrator(_:publicKey:at:)``).
@@ -45,14 +47,19 @@ public final class Ledger: @unchecked Sendable {
     }
 
     /// Opens the ledger at `location` (a store directory or a PostgreSQL database).
-    public convenience init(opening location: StoreLocation, clock: @escaping @Sendable () -> Timestamp = LedgerTime.now) throws {
-        try self.init(store: LedgerStore(opening: location), clock: clock)
+    public convenience init(
+        opening location: StoreLocation, clock: @escaping @Sendable () -> Timestamp = LedgerTime.now, signer: (any LedgerSigner)? = nil
+    ) throws {
+        try self.init(store: LedgerStore(opening: location), clock: clock, signer: signer)
     }
 
-    /// The ledger over an open store.
-    public init(store: LedgerStore, clock: @escaping @Sendable () -> Timestamp = LedgerTime.now) throws {
+    /// The ledger over an open store. `signer`, when given, signs checkpoints and bundles instead of the
+    /// signing key file (it must hold the signing key the store recorded): a key that never leaves its
+    /// device can stand behind it.
+    public init(store: LedgerStore, clock: @escaping @Sendable () -> Timestamp = LedgerTime.now, signer: (any LedgerSigner)? = nil) throws {
         self.store = store
         self.clock = clock
+        self.externalSigner = signer
         let blob = try store.configuration()
         do {
             configuration = try JSONDecoder().decode(LedgerConfiguration.self, from: Data(blob))

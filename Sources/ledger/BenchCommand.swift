@@ -50,6 +50,8 @@ struct BenchCommand: Subcommand {
     static let positionals = 1...1
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        // Benchmarks make throwaway stores whose keys stay inside them, never in a key directory.
+        if arguments.value("keys") != nil { throw CLIError.usage("bench makes throwaway stores that keep their keys inside them: drop --keys") }
         switch arguments.positionals.first {
         case "history": return try history(arguments, console: console)
         case "serve": return try serve(arguments, console: console)

@@ -134,12 +134,13 @@ struct Arguments {
         }
     }
 
-    /// The store directory of a command that has no PostgreSQL form; a usage error naming `alternative` otherwise.
-    func storeDirectory(_ command: String, alternative: String) throws -> URL {
-        guard case .directory(let url) = try location() else {
+    /// The store directory (and key directory) of a command that has no PostgreSQL form; a usage
+    /// error naming `alternative` otherwise.
+    func storeDirectory(_ command: String, alternative: String) throws -> (store: URL, keys: URL) {
+        guard case .directory(let url, let keys) = try location() else {
             throw CLIError.usage("`ledger \(command)` works on a store directory only; for a PostgreSQL store, \(alternative)")
         }
-        return url
+        return (url, keys)
     }
 
     func time(_ name: String) throws -> Int64? {

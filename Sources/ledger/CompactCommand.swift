@@ -6,7 +6,7 @@ struct CompactCommand: Subcommand {
     static let name = "compact"
     static let abstract = "Rewrite data.mdb with only its live pages (purges erased identities)."
     static let usage = """
-        Usage: ledger compact [--store DIR]
+        Usage: ledger compact [--store DIR] [--keys DIR]
 
         LMDB copies pages on write: an erased identity (the sealed UID of a deleted account) stays in
         freed pages of data.mdb until they are reused. compact copies the store's live pages into a
@@ -18,9 +18,9 @@ struct CompactCommand: Subcommand {
     static let options: Set<String> = []
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
-        let directory = try arguments.storeDirectory(
+        let (directory, keys) = try arguments.storeDirectory(
             "compact", alternative: "space freed by deletions is reclaimed by PostgreSQL's VACUUM (docs/scale-out.md)")
-        let result = try LedgerStore.compact(at: directory)
+        let result = try LedgerStore.compact(at: directory, keyDirectory: keys)
         console.out(
             JSONLine.render([
                 "store": directory.path, "bytesBefore": result.bytesBefore, "bytesAfter": result.bytesAfter,

@@ -23,7 +23,9 @@ struct DemoCommand: Subcommand {
     static let marker = ".ledger-demo"
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
-        let directory = try arguments.storeDirectory("demo", alternative: "run the demo in a directory and copy it with `ledger migrate`")
+        // The demonstration's keys are throwaway: they stay in its directory, never in a key directory.
+        if arguments.value("keys") != nil { throw CLIError.usage("the demo keeps its throwaway keys in its store directory: drop --keys") }
+        let directory = try arguments.storeDirectory("demo", alternative: "run the demo in a directory and copy it with `ledger migrate`").store
         let fm = FileManager.default
         if fm.fileExists(atPath: directory.appendingPathComponent("data.mdb").path) {
             guard fm.fileExists(atPath: directory.appendingPathComponent(marker).path) else {
@@ -34,7 +36,7 @@ struct DemoCommand: Subcommand {
             try fm.removeItem(at: directory)
         }
         let ledger = try Ledger.initialize(
-            at: directory, configuration: LedgerConfiguration(bundleId: "com.myrecipes.app", environment: .sandbox))
+            at: .directory(directory), configuration: LedgerConfiguration(bundleId: "com.myrecipes.app", environment: .sandbox))
         _ = fm.createFile(atPath: directory.appendingPathComponent(marker).path, contents: Data())
         let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
         let demo = DemoScript(console: console, submit: submit, ledger: ledger)

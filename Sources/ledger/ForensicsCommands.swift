@@ -179,7 +179,7 @@ struct CheckpointCommand: Subcommand {
         let ledger = try openLedger(arguments)
         let (text, checkpoint) = try ledger.makeCheckpoint()
         if let path = arguments.value("public-key-out") {
-            try writeFile(Data(try ledger.signingKey().publicKey.pem.utf8), to: path)
+            try writeFile(Data(try ledger.signer().publicKey.pem.utf8), to: path)
         }
         guard let out = arguments.value("out") else {
             FileHandle.standardOutput.write(Data(text.utf8))
@@ -209,7 +209,7 @@ struct SigningKeyCommand: Subcommand {
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let ledger = try openLedger(arguments)
-        let pem = try ledger.signingKey().publicKey.pem
+        let pem = try ledger.signer().publicKey.pem
         if let out = arguments.value("out") {
             try writeFile(Data(pem.utf8), to: out)
         } else {
@@ -346,7 +346,7 @@ enum ForensicsDemo {
         let bundle = directory.appendingPathComponent("dispute-\(disputed).json")
         let key = directory.appendingPathComponent("ledger-signing.pub")
         try ledger.exportDispute(originalTransactionId: disputed).write(to: bundle)
-        try Data(try ledger.signingKey().publicKey.pem.utf8).write(to: key)
+        try Data(try ledger.signer().publicKey.pem.utf8).write(to: key)
         console.out("  ledger dispute export --original-transaction-id \(disputed) --out \(bundle.path)")
         let verified = try DisputeBundle.verify(
             try Data(contentsOf: bundle), publicKey: try Ed25519PublicKey(pem: String(decoding: try Data(contentsOf: key), as: UTF8.self)))

@@ -16,7 +16,9 @@ struct MigrateCommand: Subcommand {
         checkpoint's root) equal the source's. Stop writers to the source first: records appended after
         the copy started are not copied (reported as sourceGrew).
         A PostgreSQL side keeps its key files in --keys DIR (or LEDGER_KEYS); copying a directory to
-        PostgreSQL without --keys leaves them in the source directory and uses them from there. A URL may
+        PostgreSQL without --keys leaves them in the source directory and uses them from there. A source
+        directory without its own key files (they live elsewhere, docs/keys.md) uses the ones in --keys
+        DIR; a target directory gets a copy of the key files inside it. A URL may
         come from LEDGER_STORE instead of --from (passwords stay out of process lists). Progress on a
         terminal. Prints {"from", "to", "records", "readModels", "identities", "headSeq", "headHash",
         "root", "intact", "sourceGrew"}. Exit 0 when the copy verifies, 1 when it does not, 3 store error
@@ -30,11 +32,17 @@ struct MigrateCommand: Subcommand {
         }
         let from = try arguments.value("from") ?? ProcessInfo.processInfo.environment[StoreLocation.storeVariable] ?? arguments.required("from")
         let to = try arguments.required("to")
-        let source = try location(from, keys: arguments.value("keys"), option: "--from")
-        let defaultKeys = if case .directory(let directory) = source { directory.path } else { arguments.value("keys") }
-        let target = try location(to, keys: arguments.value("keys") ?? defaultKeys, option: "--to")
-        if case .directory = source, case .directory = target, arguments.value("keys") != nil {
-            throw CLIError.usage("--keys applies only to a PostgreSQL side")
+        let keys = arguments.value("keys") ?? ProcessInfo.processInfo.environment[StoreLocation.keysVariable].flatMap { $0.isEmpty ? nil : $0 }
+        var source = try location(from, keys: keys, option: "--from")
+        if case .directory(let directory, _) = source {
+            let own = try FileAccess.exists(directory.appendingPathComponent(LedgerKeys.fileName).path)
+            source = .directory(directory, keys: own ? directory : keys.map { URL(fileURLWithPath: $0) } ?? directory)
+        }
+        let target = try location(to, keys: PostgresURL.isURL(to) ? keys ?? source.keyDirectory.path : nil, option: "--to")
+        if case .directory(let directory, let sourceKeys) = source, sourceKeys == directory, case .directory = target,
+            arguments.value("keys") != nil
+        {
+            throw CLIError.usage("--keys applies only to a PostgreSQL side, or a source directory whose key files are elsewhere")
         }
         let store = try LedgerStore(opening: source)
         let reporter = Progress.reporter(console: console, label: "migrate")
@@ -56,7 +64,7 @@ struct MigrateCommand: Subcommand {
 
     static func location(_ text: String, keys: String?, option: String) throws -> StoreLocation {
         do {
-            return try StoreLocation.resolve(store: text, keys: PostgresURL.isURL(text) ? keys : nil, readStore: nil, environment: [:])
+            return try StoreLocation.resolve(store: text, keys: keys, readStore: nil, environment: [:])
         } catch {
             throw CLIError.usage("\(option): \(error)")
         }

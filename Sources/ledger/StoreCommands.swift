@@ -11,10 +11,13 @@ struct InitCommand: Subcommand {
     static let usage = """
         Usage: ledger init --bundle-id ID --environment Production|Sandbox [--app-apple-id N]
                            [--root-certificate FILE]... [--allow-local-testing]
-                           [--admin ID --admin-public-key FILE] [--store DIR]
+                           [--admin ID --admin-public-key FILE] [--store DIR] [--keys KEYDIR]
 
-        Creates DIR (default ./ledger-data) holding the LMDB files and ledger.key (mode 0600; back it up:
-        without it no lineage or account can be looked up). Signed data is accepted only from the bundle
+        Creates DIR (default ./ledger-data) holding the LMDB files, and the key files ledger.key and
+        ledger-signing.key (mode 0600; back them up: without ledger.key no lineage or account can be looked
+        up) in KEYDIR: --keys, else LEDGER_KEYS, else DIR itself. Keep them outside DIR when people or
+        backups that may read the data must not read the keys (docs/keys.md); every later command then
+        needs the same --keys (or LEDGER_KEYS). A KEYDIR that already holds key files is refused. Signed data is accepted only from the bundle
         and environment given; --app-apple-id is required for Production. The trusted root defaults to
         Apple Root CA - G3; --root-certificate (DER or PEM, repeatable) replaces it (e.g. a test root).
         --allow-local-testing also permits --environment Xcode or LocalTesting (no signatures: development only).
@@ -54,12 +57,17 @@ struct InitCommand: Subcommand {
             throw CLIError.usage("--admin-public-key needs --admin ID")
         }
         let location = try arguments.location()
-        let option = if case .postgres = location { "--keys" } else { arguments.value("store") == nil ? "the default store" : "--store" }
-        try prepareDirectory(location.keyDirectory, option: option)
+        if let directory = location.dataDirectory {
+            try prepareDirectory(directory, option: arguments.value("store") == nil ? "the default store" : "--store")
+        }
+        if location.dataDirectory != location.keyDirectory {
+            try prepareDirectory(location.keyDirectory, option: arguments.value("keys") == nil ? StoreLocation.keysVariable : "--keys")
+        }
         let ledger = try Ledger.initialize(at: location, configuration: configuration, administrator: administrator)
         console.out(
             JSONLine.render([
-                "store": location.description, "keyFile": ledger.store.directory.appendingPathComponent(LedgerKeys.fileName).path,
+                "store": location.description, "keyFile": ledger.store.keyDirectory.appendingPathComponent(LedgerKeys.fileName).path,
+                "signingKeyFile": ledger.store.signingKeyURL.path,
                 "bundleId": bundleId, "environment": environment.rawValue,
                 "trustedRoots": roots.isEmpty ? ["Apple Root CA - G3"] : arguments.values("root-certificate"),
                 "administrator": administrator?.id ?? NSNull(),
@@ -231,7 +239,7 @@ struct StatsCommand: Subcommand {
             "formatVersion": Int(LedgerStore.formatVersion),
             "databases": Dictionary(uniqueKeysWithValues: databases.map { ($0.name, ["entries": $0.entries, "bytes": $0.bytes]) }),
         ]
-        if case .directory(let directory) = store.location {
+        if case .directory(let directory, _) = store.location {
             object["dataFileBytes"] = try FileAccess.size(directory.appendingPathComponent("data.mdb").path)
         } else {
             object["databaseBytes"] = databases.reduce(0) { $0 + $1.bytes }

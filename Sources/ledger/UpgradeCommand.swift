@@ -6,7 +6,7 @@ struct UpgradeCommand: Subcommand {
     static let name = "upgrade"
     static let abstract = "Copy a storage-format-1 store into a new format-2 store (the old one is left unchanged)."
     static let usage = """
-        Usage: ledger upgrade --from OLD_DIR --to NEW_DIR
+        Usage: ledger upgrade --from OLD_DIR --to NEW_DIR [--keys KEYDIR]
 
         Opens the format-1 store in OLD_DIR read-only (nothing in it is written; it is refused while
         another process has it open), verifies its hash chain, and creates a format-2 store in NEW_DIR
@@ -19,12 +19,18 @@ struct UpgradeCommand: Subcommand {
         Prints {"from", "to", "formatOneRecords", "records", "events", "identities", "supersededAttempts",
         "headHash", "merkleRoot", "verified"}. Exit 3 when the old chain does not verify (nothing is
         created) or NEW_DIR already holds a store.
+        --keys KEYDIR (or LEDGER_KEYS): the new store keeps its key files in KEYDIR instead of NEW_DIR
+        (they are written there when KEYDIR does not hold them yet; KEYDIR holding other keys is refused);
+        the old key files are read from OLD_DIR, or from KEYDIR when OLD_DIR has none.
         """
     static let options: Set<String> = ["from", "to"]
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         if arguments.value("store") != nil { throw CLIError.usage("upgrade takes --from and --to, not --store") }
         let (from, to) = (URL(fileURLWithPath: try arguments.required("from")), URL(fileURLWithPath: try arguments.required("to")))
+        let keys = (arguments.value("keys") ?? ProcessInfo.processInfo.environment[StoreLocation.keysVariable]).flatMap {
+            $0.isEmpty ? nil : URL(fileURLWithPath: $0)
+        }
         var lastPhase: FormatOneUpgrade.Phase?
         let progress: ((FormatOneUpgrade.Phase, UInt64, UInt64) -> Void)? =
             isatty(STDERR_FILENO) == 1
@@ -34,7 +40,7 @@ struct UpgradeCommand: Subcommand {
                 let percent = total == 0 ? 100 : Int(done * 100 / total)
                 FileHandle.standardError.write(Data("\rupgrade: \(phase.rawValue): \(done)/\(total) records (\(percent)%)".utf8))
             } : nil
-        let report = try FormatOneUpgrade.upgrade(from: from, to: to, clock: { LedgerTime.now() }, progress: progress)
+        let report = try FormatOneUpgrade.upgrade(from: from, to: to, keyDirectory: keys, clock: { LedgerTime.now() }, progress: progress)
         if lastPhase != nil { FileHandle.standardError.write(Data("\n".utf8)) }
         console.out(
             JSONLine.render([

@@ -13,8 +13,10 @@ let commands: [any Subcommand.Type] = [
 @MainActor func overview() -> String {
     var lines = [
         "ledger: decide and prove which app account owns an App Store subscription.", "",
-        "Usage: ledger COMMAND [OPTIONS]   (every command takes --store DIR, default ./ledger-data,",
-        "                                  or --store postgres://… --keys DIR; docs/scale-out.md)", "", "Commands:",
+        "Usage: ledger COMMAND [OPTIONS]   (every command takes --store DIR, default ./ledger-data, or",
+        "                                  --store postgres://… (docs/scale-out.md); and --keys DIR, the",
+        "                                  directory of the key files, default the store directory (docs/keys.md))",
+        "", "Commands:",
     ]
     for command in commands { lines.append("  " + command.name.padding(toLength: 12, withPad: " ", startingAt: 0) + command.abstract) }
     lines += [

@@ -261,7 +261,7 @@ import Testing
         return Snapshot(
             pseudonyms: pseudonyms, head: try ledger.store.head(), records: try storedRecords(ledger.store),
             entries: try readModelEntries(ledger.store),
-            bindings: try Self.lineages.map { try ledger.binding(originalTransactionId: $0) }, signingKey: try ledger.signingKey().publicKey)
+            bindings: try Self.lineages.map { try ledger.binding(originalTransactionId: $0) }, signingKey: try ledger.signer().publicKey)
     }
 
     @Test func compactionPurgesErasedIdentitiesAndKeepsEverythingElse() throws {
@@ -291,7 +291,7 @@ import Testing
         for (uid, lineage) in zip(Self.kept, Self.lineages.dropFirst(Self.deleted.count)) {
             #expect(try ledger.binding(originalTransactionId: lineage).uid == uid)
         }
-        #expect(try ledger.signingKey().publicKey == before.signingKey)
+        #expect(try ledger.signer().publicKey == before.signingKey)
         // The store keeps working: appends after compaction.
         try purchase(ledger, uid: "after", "4000")
         #expect(try ledger.binding(originalTransactionId: "4000").uid == "after")

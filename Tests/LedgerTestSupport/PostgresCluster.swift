@@ -189,7 +189,7 @@ extension StoreLocation {
     /// The `ledger` options that name this store.
     public var arguments: [String] {
         switch self {
-        case .directory(let url): ["--store", url.path]
+        case .directory(let url, let keys): ["--store", url.path] + (keys == url ? [] : ["--keys", keys.path])
         case .postgres(let url, let keys, let readOnly):
             ["--store", url.connectionString, "--keys", keys.path] + (readOnly.map { ["--read-store", $0.connectionString] } ?? [])
         }
@@ -230,8 +230,8 @@ extension Fixtures {
     /// for PostgreSQL a `pg_dump` of its database (every table and column) and the server's log.
     public static func storeContains(_ ledger: Ledger, _ needle: String) throws -> Bool {
         switch ledger.store.location {
-        case .directory(let url):
-            return anyFile(in: url, contains: needle)
+        case .directory(let url, let keys):
+            return anyFile(in: url, contains: needle) || anyFile(in: keys, contains: needle)
         case .postgres(let url, let keys, _):
             let cluster = try PostgresCluster.shared()
             let dump = decodingByteaLiterals(try cluster.dump(database: url.connectionString))

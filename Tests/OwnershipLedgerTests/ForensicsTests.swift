@@ -299,7 +299,7 @@ import Testing
             _ = otherSubmit.respond(
                 to: Fixtures.line(["type": "purchase", "account": "u\(i)", "transaction": Fixtures.transaction("90\(i)", at: t), "at": t]))
         }
-        let report = try other.verifyCheckpoint(text, publicKey: try ledger.signingKey().publicKey)
+        let report = try other.verifyCheckpoint(text, publicKey: try ledger.signer().publicKey)
         #expect(report.signatureVerified)
         #expect(!report.verified)
         #expect(report.recomputedRoot != report.rootHash)
@@ -446,7 +446,7 @@ import Testing
         let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
         _ = submit.respond(to: Fixtures.line(["type": "purchase", "account": "a", "transaction": Fixtures.transaction("1", at: t), "at": t]))
         let data = try ledger.exportDispute(originalTransactionId: "1")
-        let key = try ledger.signingKey().publicKey
+        let key = try ledger.signer().publicKey
         let verified = try DisputeBundle.verify(data, publicKey: key)
         #expect(verified.records.map(\.sequence) == [1])
         #expect(verified.timeline.count == 1)
@@ -530,7 +530,7 @@ import Testing
 
         // The bundle of a transferred lineage verifies too.
         let data = try ledger.exportDispute(originalTransactionId: "1001")
-        let verified = try DisputeBundle.verify(data, publicKey: try ledger.signingKey().publicKey)
+        let verified = try DisputeBundle.verify(data, publicKey: try ledger.signer().publicKey)
         #expect(verified.timeline.map(\.event) == steps.map(\.event))
         #expect(verified.withheld.isEmpty)
         #expect(String(decoding: data, as: UTF8.self).contains("lost account"))
@@ -538,12 +538,12 @@ import Testing
         let redacted = try ledger.exportDispute(originalTransactionId: "1001", withholdPrivate: true)
         #expect(!String(decoding: redacted, as: UTF8.self).contains("lost account"))
         #expect(!String(decoding: redacted, as: UTF8.self).contains("apple-order-lookup"))
-        let proven = try DisputeBundle.verify(redacted, publicKey: try ledger.signingKey().publicKey)
+        let proven = try DisputeBundle.verify(redacted, publicKey: try ledger.signer().publicKey)
         #expect(proven.withheld == [steps[1].firstSequence, steps[2].firstSequence, steps[5].firstSequence])
         #expect(proven.timeline.map(\.event) == ["transaction-submitted", "transfer-approved", "transfer-applied", "transaction-submitted"])
         var tampered = redacted
         if let range = tampered.range(of: Data("\"leafHash\":\"".utf8)) { tampered[range.upperBound + 2] ^= 0x01 }
-        #expect(throws: DisputeBundle.Failure.self) { try DisputeBundle.verify(tampered, publicKey: try ledger.signingKey().publicKey) }
+        #expect(throws: DisputeBundle.Failure.self) { try DisputeBundle.verify(tampered, publicKey: try ledger.signer().publicKey) }
     }
 
     @Test(arguments: ["replay", "explain", "checkpoint", "signing-key", "dispute"])

@@ -90,7 +90,7 @@ import Testing
         #expect(checked?["formatOneOrigin"] as? Bool == true && checked?["verified"] as? Bool == true)
         // The new store signs with the old key: its checkpoints have the old origin.
         let published = try Ed25519PublicKey(pem: String(decoding: try FormatOneFixture.file("signing.pub"), as: UTF8.self))
-        #expect(try ledger.signingKey().publicKey.rawRepresentation == published.rawRepresentation)
+        #expect(try ledger.signer().publicKey.rawRepresentation == published.rawRepresentation)
     }
 
     /// Commands decided before the upgrade are recognised after it: a resubmitted line is the same

@@ -1,0 +1,143 @@
+import Foundation
+import LedgerCore
+import LedgerCrypto
+import LedgerStore
+import LedgerTestSupport
+import OwnershipLedger
+import Testing
+
+/// Key files outside the store directory (`--keys DIR` / `LEDGER_KEYS`, docs/keys.md), and the signer
+/// interface a key kept elsewhere can stand behind.
+@Suite struct KeyDirectoryTests {
+    let directory = TemporaryDirectory("ledger-keys")
+    let t = Fixtures.start
+
+    /// Every file under `url`, recursively, as one blob per file.
+    func contents(of url: URL) throws -> [Data] {
+        let files = FileManager.default.enumerator(atPath: url.path)?.compactMap { $0 as? String } ?? []
+        return files.compactMap { try? Data(contentsOf: url.appendingPathComponent($0)) }
+    }
+
+    @Test func aStoreWithItsKeysElsewhereWorksThroughEveryCommandGivenTheKeys() throws {
+        defer { directory.remove() }
+        let store = directory.path("store").path
+        let keys = directory.path("keys").path
+        let root = directory.path("root.key").path
+        #expect(try LedgerBinary.run(["support", "keygen", "--out", root]).status == 0)
+        let created = try LedgerBinary.run([
+            "init", "--store", store, "--keys", keys, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox", "--admin", "root",
+            "--admin-public-key", root + ".pub",
+        ])
+        #expect(created.status == 0, "\(created.stderr)")
+        #expect(created.json["keyFile"] as? String == keys + "/ledger.key")
+        #expect(created.json["signingKeyFile"] as? String == keys + "/ledger-signing.key")
+        for name in ["ledger.key", "ledger-signing.key"] {
+            #expect(!FileManager.default.fileExists(atPath: store + "/" + name), "\(name) is in the store directory")
+            let mode = try FileManager.default.attributesOfItem(atPath: keys + "/" + name)[.posixPermissions] as? Int
+            #expect(mode == 0o600)
+        }
+        // A copy of the store directory (a backup, a snapshot) holds no key material.
+        let ledgerKey = try String(contentsOfFile: keys + "/ledger.key", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        let signingKey = try String(contentsOfFile: keys + "/ledger-signing.key", encoding: .utf8)
+        let signingBody = signingKey.split(separator: "\n").filter { !$0.hasPrefix("-----") }.joined()
+        for blob in try contents(of: URL(fileURLWithPath: store)) {
+            #expect(blob.range(of: Data(ledgerKey.utf8)) == nil && blob.range(of: Data(signingBody.utf8)) == nil)
+        }
+
+        let purchase = Fixtures.line(["type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1001", at: t), "at": t])
+        let checkpoint = directory.path("cp.txt").path
+        let bundle = directory.path("bundle.json").path
+        let runs: [[String]] = [
+            ["submit", "--trust-decoded"], ["binding", "--original-transaction-id", "1001"], ["account", "--uid", "alice"], ["log"],
+            ["stats"], ["verify"], ["rebuild", "--check"], ["audit"], ["replay", "--original-transaction-id", "1001"],
+            ["explain", "--uid", "alice", "--original-transaction-id", "1001"], ["signing-key"], ["checkpoint", "--out", checkpoint],
+            ["verify", "--checkpoint", checkpoint], ["dispute", "export", "--original-transaction-id", "1001", "--out", bundle],
+            ["compact"],
+        ]
+        for arguments in runs {
+            // Without the key directory: refused, naming the key file and the way to give it.
+            let refused = try LedgerBinary.run(arguments + ["--store", store], stdin: purchase + "\n")
+            #expect(refused.status == 3, "\(arguments): \(refused.stderr)")
+            #expect(refused.stderr.contains(store + "/ledger.key") && refused.stderr.contains("--keys DIR"), "\(refused.stderr)")
+            // With --keys, and with LEDGER_KEYS.
+            let given = try LedgerBinary.run(arguments + ["--store", store, "--keys", keys], stdin: purchase + "\n")
+            #expect(given.status == 0, "\(arguments): \(given.stderr)")
+            let fromEnvironment = try LedgerBinary.run(
+                arguments + ["--store", store], stdin: purchase + "\n", environment: [StoreLocation.keysVariable: keys])
+            #expect(fromEnvironment.status == 0, "\(arguments): \(fromEnvironment.stderr)")
+        }
+        let verified = try LedgerBinary.run(["dispute", "verify", bundle, "--public-key", keys + "/ledger-signing.key"])
+        #expect(verified.status == 2, "a private key is no public key: \(verified.stdout)")
+        let signingPublic = try LedgerBinary.run(["signing-key", "--store", store, "--keys", keys]).stdout
+        try Data(signingPublic.utf8).write(to: directory.path("signing.pub"))
+        #expect(try LedgerBinary.run(["dispute", "verify", bundle, "--public-key", directory.path("signing.pub").path]).status == 0)
+        // The support tool too (the bootstrap: root enrols a second administrator), with root's key on standard input.
+        let ann = directory.path("ann.key").path
+        #expect(try LedgerBinary.run(["support", "keygen", "--out", ann]).status == 0)
+        let enrolled = try LedgerBinary.run(
+            [
+                "support", "enroll", "--staff", "ann", "--roles", "administrator", "--public-key", ann + ".pub", "--admin", "root",
+                "--admin-key", "-", "--store", store,
+            ], stdin: try String(contentsOfFile: root, encoding: .utf8), environment: [StoreLocation.keysVariable: keys])
+        #expect(enrolled.status == 0, "\(enrolled.stderr)")
+
+        // A key directory holding keys is never adopted by a new ledger.
+        let other = directory.path("other").path
+        let reused = try LedgerBinary.run([
+            "init", "--store", other, "--keys", keys, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox",
+        ])
+        #expect(reused.status == 3)
+        #expect(reused.stderr.contains("already holds ledger key files"), "\(reused.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: other + "/data.mdb"))
+        // The demonstration's throwaway keys never go to a key directory.
+        #expect(try LedgerBinary.run(["demo", "--store", directory.path("demo").path, "--keys", keys]).status == 2)
+    }
+
+    @Test func anUpgradeCanKeepTheKeysInTheirOwnDirectory() throws {
+        defer { directory.remove() }
+        let old = directory.path("old")
+        let new = directory.path("new").path
+        let keys = directory.path("keys").path
+        try FormatOneFixture.copyStore(to: old)
+        let upgraded = try LedgerBinary.run(["upgrade", "--from", old.path, "--to", new, "--keys", keys])
+        #expect(upgraded.status == 0, "\(upgraded.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: new + "/ledger.key"))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: keys + "/ledger.key")) == Data(contentsOf: old.appendingPathComponent("ledger.key")))
+        #expect(try LedgerBinary.run(["verify", "--store", new, "--keys", keys]).status == 0)
+        // The same key directory again: the keys it holds are the old store's, so they are kept.
+        let again = try LedgerBinary.run(["upgrade", "--from", old.path, "--to", directory.path("again").path, "--keys", keys])
+        #expect(again.status == 0, "\(again.stderr)")
+    }
+
+    /// A signer other than the key file (here one that counts its signatures, as a hardware key's
+    /// driver would stand behind the same interface) signs checkpoints and bundles; one holding another
+    /// key is refused.
+    @Test func anExternalSignerSignsCheckpointsAndBundles() throws {
+        defer { directory.remove() }
+        final class CountingSigner: LedgerSigner, @unchecked Sendable {
+            let key: Ed25519PrivateKey
+            var signatures = 0
+            init(_ key: Ed25519PrivateKey) { self.key = key }
+            var publicKey: Ed25519PublicKey { key.publicKey }
+            func sign(_ message: [UInt8]) throws -> [UInt8] {
+                signatures += 1
+                return try key.sign(message)
+            }
+        }
+        let location = StoreLocation.directory(directory.path("store"), keys: directory.path("keys"))
+        let created = try Ledger.initialize(at: location, configuration: Fixtures.configuration)
+        let key = try SigningKey.load(from: created.store.signingKeyURL)
+        let signer = CountingSigner(key)
+        let ledger = try Ledger(store: created.store, signer: signer)
+        let (text, _) = try ledger.makeCheckpoint()
+        #expect(signer.signatures == 1)
+        #expect(try ledger.verifyCheckpoint(text, publicKey: key.publicKey).verified)
+        _ = SubmitProtocol(ledger: ledger, trustDecoded: true).respond(
+            to: Fixtures.line(["type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1001", at: t), "at": t]))
+        let bundle = try ledger.exportDispute(originalTransactionId: "1001")
+        #expect(signer.signatures == 3, "the bundle's checkpoint and the bundle")
+        #expect(try DisputeBundle.verify(bundle, publicKey: key.publicKey).records.count == 1)
+        let stranger = try Ledger(store: created.store, signer: try Ed25519PrivateKey.generate())
+        #expect(throws: LedgerStoreError.self) { try stranger.makeCheckpoint() }
+    }
+}
