@@ -50,131 +50,63 @@ public enum DisputeBundle {
     /// Whether a record holds a private event.
     public static func isPrivate(_ record: Record) -> Bool { record.events.contains(where: isPrivate) }
 
-    /// Canonical JSON: sorted keys, no insignificant whitespace, slashes unescaped.
-    static func canonical(_ object: Any) throws -> Data {
-        try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
-    }
-
-    /// The label before the canonical JSON the bundle signature covers: `…/v1` for format-1 bundles.
-    static func signedBytes(_ body: [String: Any]) throws -> [UInt8] {
-        let label = body["format"] as? String == formatOne ? "ownership-ledger/dispute-bundle/v1\n" : "ownership-ledger/dispute-bundle/v2\n"
-        return Array(label.utf8) + Array(try canonical(body))
-    }
+    /// The label before the canonical JSON each format's bundle signature covers.
+    static let signatureLabels = [format: "ownership-ledger/dispute-bundle/v2\n", formatOne: "ownership-ledger/dispute-bundle/v1\n"]
 
     /// Verifies `data` offline against the trusted `publicKey` and returns what it proves. Throws
     /// ``Failure`` when the bundle does not verify, and ``CryptoError`` when libcrypto fails (which says
     /// nothing about the bundle).
     /// - Complexity: O(bundle size + records × log₂ checkpoint size).
     public static func verify(_ data: Data, publicKey: Ed25519PublicKey) throws -> Verified {
-        do {
-            return try verifyThrowing(data, publicKey: publicKey)
-        } catch let error as Failure {
-            throw error
-        } catch let error as CryptoError {
-            throw error
-        } catch {
-            throw Failure("\(error)")
-        }
+        try SignedBundle.verifying { try verifyThrowing(data, publicKey: publicKey) }
     }
 
     private static func verifyThrowing(_ data: Data, publicKey: Ed25519PublicKey) throws -> Verified {
-        guard let object = try? JSONSerialization.jsonObject(with: data), var bundle = object as? [String: Any] else {
-            throw Failure("not a JSON object")
-        }
-        guard try canonical(bundle) + Data("\n".utf8) == data else {
-            throw Failure("the file is not in canonical form: it was edited after export")
-        }
+        let (bundle, checkpoint, origin) = try SignedBundle.open(data, publicKey: publicKey, labels: signatureLabels)
         let version = bundle["format"] as? String
-        guard version == format || version == formatOne else { throw Failure("format is neither \(format) nor \(formatOne)") }
-        guard let signatureText = bundle.removeValue(forKey: "bundleSignature") as? String,
-            let signature = Data(base64Encoded: signatureText)
-        else { throw Failure("bundleSignature is missing") }
-        guard let pem = bundle["publicKey"] as? String, let embedded = try? Ed25519PublicKey(pem: pem) else {
-            throw Failure("publicKey is not an Ed25519 PEM key")
-        }
-        guard embedded == publicKey else { throw Failure("the bundle was signed by another key than the one given") }
-        guard let checkpointText = bundle["checkpoint"] as? String else { throw Failure("checkpoint is missing") }
-        let origin: String
-        do {
-            origin = try Checkpoint.parse(checkpointText).checkpoint.origin
-        } catch let error as CheckpointError {
-            throw Failure("checkpoint: \(error)")
-        }
-        let checkpoint: Checkpoint
-        do {
-            checkpoint = try Checkpoint.verify(checkpointText, publicKey: publicKey, keyName: origin)
-        } catch let error as CheckpointError {
-            throw Failure("checkpoint: \(error)")
-        }
-        guard try publicKey.isValidSignature(Array(signature), for: try signedBytes(bundle)) else {
-            throw Failure("the bundle signature does not verify")
-        }
         // Format 1 wrote 32-byte lineage keys; the first 16 bytes are the key today.
         guard let lineageHex = bundle["lineage"] as? String, let lineageBytes = [UInt8](hex: lineageHex),
             lineageBytes.count == (version == formatOne ? 32 : 16), let key = Key128(prefixOf: lineageBytes)
         else { throw Failure("lineage is missing") }
         let lineage = LineageKey(key)
         guard let entries = bundle["records"] as? [[String: Any]] else { throw Failure("records are missing") }
-        guard let treeSize = Int(exactly: checkpoint.size) else { throw Failure("checkpoint size \(checkpoint.size) is too large") }
         var records: [Record] = []
         var formatOneRecords: [FormatOne.Record] = []
         var withheld: [UInt64] = []
         var lastSequence: UInt64 = 0
         for (position, entry) in entries.enumerated() {
-            let name = "record \(position + 1)"
-            guard let seq = (entry["seq"] as? NSNumber)?.uint64Value, seq >= 1, seq <= checkpoint.size, seq > lastSequence else {
-                throw Failure("\(name): sequence number missing, out of order or outside the checkpoint")
-            }
+            let seq = try SignedBundle.sequence(entry, position: position, after: lastSequence, checkpoint: checkpoint)
             lastSequence = seq
-            let proof = try (entry["inclusionProof"] as? [String] ?? []).map { text -> [UInt8] in
-                guard let bytes = Data(base64Encoded: text) else { throw Failure("record \(seq): inclusion proof is not base64") }
-                return Array(bytes)
-            }
             if entry["withheld"] != nil {
                 // Only the leaf hash is disclosed: the record is proven to exist at `seq`, its content is not shown.
-                guard let leafText = entry["leafHash"] as? String, let leaf = Data(base64Encoded: leafText).map(Array.init),
-                    try MerkleTree.verifyInclusion(
-                        leafHash: leaf, index: Int(seq - 1), treeSize: treeSize, proof: proof, root: checkpoint.rootHash)
-                else { throw Failure("withheld record \(seq): the inclusion proof does not lead to the checkpoint's root") }
+                guard let leafText = entry["leafHash"] as? String, let leaf = Base64.decode(leafText) else {
+                    throw Failure("withheld record \(seq): leafHash is missing or not base64")
+                }
+                try SignedBundle.proveInclusion(entry, seq: seq, leafHash: leaf, checkpoint: checkpoint)
                 withheld.append(seq)
                 continue
             }
-            guard let storedText = entry["stored"] as? String, let stored = Data(base64Encoded: storedText).map(Array.init) else {
-                throw Failure("\(name): stored bytes missing")
+            guard version == formatOne else {
+                records.append(try SignedBundle.record(entry, seq: seq, checkpoint: checkpoint))
+                continue
             }
-            guard
-                try MerkleTree.verifyInclusion(
-                    leafHash: try MerkleTree.leafHash(stored), index: Int(seq - 1), treeSize: treeSize, proof: proof,
-                    root: checkpoint.rootHash)
-            else { throw Failure("record \(seq): the inclusion proof does not lead to the checkpoint's root") }
-            let rendered: JSONObject
-            if version == formatOne {
-                let record: FormatOne.Record
-                do {
-                    record = try FormatOne.decode(stored, sequence: seq)
-                } catch {
-                    throw Failure("\(name): \(error)")
-                }
-                let (body, hash) = try FormatOne.split(stored, sequence: seq)
-                guard try Digest.sha256(record.previousHash.bytes, Array(body)) == hash.bytes else {
-                    throw Failure("record \(seq): its hash does not match its bytes")
-                }
-                guard Forensics.concerns(record.event, lineage: lineage) else { throw Failure("record \(seq) belongs to another lineage") }
-                rendered = RecordJSON.render(record)
-                formatOneRecords.append(record)
-            } else {
-                let record: Record
-                do {
-                    record = try RecordCodec.decode(stored, sequence: seq)
-                } catch {
-                    throw Failure("\(name): \(error)")
-                }
-                rendered = RecordJSON.render(record)
-                records.append(record)
+            guard let storedText = entry["stored"] as? String, let stored = Base64.decode(storedText) else {
+                throw Failure("record \(position + 1): stored bytes missing")
             }
-            guard let decoded = entry["record"] as? [String: Any], try canonical(decoded) == canonical(rendered) else {
-                throw Failure("record \(seq): the decoded JSON does not match the stored bytes")
+            try SignedBundle.proveInclusion(entry, seq: seq, leafHash: try MerkleTree.leafHash(stored), checkpoint: checkpoint)
+            let record: FormatOne.Record
+            do {
+                record = try FormatOne.decode(stored, sequence: seq)
+            } catch {
+                throw Failure("record \(position + 1): \(error)")
             }
+            let (body, hash) = try FormatOne.split(stored, sequence: seq)
+            guard try Digest.sha256(record.previousHash.bytes, Array(body)) == hash.bytes else {
+                throw Failure("record \(seq): its hash does not match its bytes")
+            }
+            guard Forensics.concerns(record.event, lineage: lineage) else { throw Failure("record \(seq) belongs to another lineage") }
+            try SignedBundle.matchesDecoding(entry, RecordJSON.render(record), seq: seq)
+            formatOneRecords.append(record)
         }
         for record in records where !concerns(record, lineage: lineage, visible: records, withheld: !withheld.isEmpty) {
             throw Failure("record \(record.sequence) belongs to another lineage")
@@ -248,17 +180,13 @@ extension Ledger {
             let (text, checkpoint) = try self.checkpoint(of: reader, key: key)
             let entries: [[String: Any]] = try Forensics.lineageRecords(lineage, in: reader).map { entry in
                 let sequence = entry.record.sequence
-                let proof = try MerkleLog.inclusionProof(of: sequence, size: checkpoint.size, reader: reader, hasher: hasher)
-                    .map { Data($0).base64EncodedString() }
-                if withholdPrivate && DisputeBundle.isPrivate(entry.record) {
-                    return [
-                        "seq": sequence, "withheld": entry.record.events.map(\.name).joined(separator: ","),
-                        "leafHash": Data(try hasher.leafHash(entry.stored).bytes).base64EncodedString(), "inclusionProof": proof,
-                    ]
+                guard withholdPrivate && DisputeBundle.isPrivate(entry.record) else {
+                    return try SignedBundle.entry(entry.record, stored: entry.stored, size: checkpoint.size, reader: reader, hasher: hasher)
                 }
                 return [
-                    "seq": sequence, "stored": Data(entry.stored).base64EncodedString(), "record": RecordJSON.render(entry.record),
-                    "inclusionProof": proof,
+                    "seq": sequence, "withheld": entry.record.events.map(\.name).joined(separator: ","),
+                    "leafHash": Data(try hasher.leafHash(entry.stored).bytes).base64EncodedString(),
+                    "inclusionProof": try SignedBundle.inclusionProof(of: sequence, size: checkpoint.size, reader: reader, hasher: hasher),
                 ]
             }
             return (text, entries, try requestingUID.flatMap { try store.pseudonym(ofUID: $0, in: reader) })
@@ -274,8 +202,6 @@ extension Ledger {
             guard let requesting else { throw DisputeBundle.Failure("no live account has the UID \(requestingUID)") }
             bundle["requestingAccount"] = ["uid": requestingUID, "account": requesting.description]
         }
-        let signature = try key.sign(try DisputeBundle.signedBytes(bundle))
-        bundle["bundleSignature"] = Data(signature).base64EncodedString()
-        return try DisputeBundle.canonical(bundle) + Data("\n".utf8)
+        return try SignedBundle.seal(bundle, label: DisputeBundle.signatureLabels[DisputeBundle.format] ?? "", signer: key)
     }
 }

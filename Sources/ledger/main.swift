@@ -7,7 +7,8 @@ let commands: [any Subcommand.Type] = [
     InitCommand.self, SubmitCommand.self, BindingCommand.self, AccountCommand.self, LogCommand.self, VerifyCommand.self,
     RebuildCommand.self, StatsCommand.self, InspectJWSCommand.self, BenchCommand.self, DemoCommand.self,
     ReplayCommand.self, ExplainCommand.self, CheckpointCommand.self, SigningKeyCommand.self, DisputeCommand.self,
-    SupportCommand.self, AuditCommand.self, CompactCommand.self, UpgradeCommand.self, ServeCommand.self, AppleCommand.self, MigrateCommand.self,
+    SupportCommand.self, AuditCommand.self, EvidenceCommand.self, CompactCommand.self, UpgradeCommand.self, ServeCommand.self, AppleCommand.self,
+    MigrateCommand.self,
 ]
 
 @MainActor func overview() -> String {

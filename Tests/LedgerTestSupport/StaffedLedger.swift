@@ -16,14 +16,16 @@ public struct StaffedLedger {
     public let olivia: Ed25519PrivateKey
     public let adam: Ed25519PrivateKey
 
-    public init(_ label: String, clock: @escaping @Sendable () -> Int64 = Fixtures.clock) throws {
+    public init(
+        _ label: String, configuration: LedgerConfiguration = Fixtures.configuration, clock: @escaping @Sendable () -> Int64 = Fixtures.clock
+    ) throws {
         root = try Ed25519PrivateKey.generate()
         ann = try Ed25519PrivateKey.generate()
         olivia = try Ed25519PrivateKey.generate()
         adam = try Ed25519PrivateKey.generate()
         directory = TemporaryDirectory(label)
         ledger = try Ledger.initialize(
-            at: TestStore.current.location(in: directory), configuration: Fixtures.configuration,
+            at: TestStore.current.location(in: directory), configuration: configuration,
             administrator: (id: "root", publicKey: root.publicKey),
             clock: clock)
         submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
