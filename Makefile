@@ -4,7 +4,7 @@ SWIFT ?= swift
 .PHONY: deps build demo test bench bench-history bench-submit bench-serve bench-postgres format lint fuzz soak coverage
 
 deps:
-	@{ pkg-config --exists lmdb libcrypto libmicrohttpd libpq && command -v curl && test -x "$$(pg_config --bindir)/initdb"; } >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev libmicrohttpd-dev libpq-dev postgresql pkg-config curl; }
+	@{ pkg-config --exists lmdb libcrypto libmicrohttpd libpq && command -v curl && command -v python3 && test -x "$$(pg_config --bindir)/initdb"; } >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev libmicrohttpd-dev libpq-dev postgresql pkg-config curl python3; }
 
 build: deps
 	$(SWIFT) build -c release

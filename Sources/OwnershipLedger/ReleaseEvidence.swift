@@ -357,7 +357,7 @@ extension Ledger {
                 let instance = finder.found[scenario]
                 return [
                     "scenario": scenario.rawValue, "title": scenario.title, "found": instance != nil, "seqs": instance?.sequences ?? [],
-                    "explanation": instance?.explanation ?? "missing: no \(scenario.requirement), from verified signed \(environment) data",
+                    "explanation": instance?.explanation ?? "missing: needs \(scenario.requirement), from verified signed \(environment) data",
                 ]
             },
             "missing": missing.map(\.rawValue), "complete": missing.isEmpty,

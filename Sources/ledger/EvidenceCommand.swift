@@ -49,7 +49,7 @@ struct EvidenceCommand: Subcommand {
                 "records": (summary["records"] as? [Any])?.count ?? 0, "scenarios": summary["scenarios"] ?? [],
                 "missing": evidence.missing.map(\.rawValue), "bytes": evidence.data.count,
             ]))
-        for scenario in evidence.missing { console.err("missing: \(scenario.rawValue): no \(scenario.requirement)") }
+        for scenario in evidence.missing { console.err("missing: \(scenario.rawValue): needs \(scenario.requirement)") }
         return evidence.complete ? .success : .verificationFailed
     }
 
@@ -70,7 +70,7 @@ struct EvidenceCommand: Subcommand {
                     "scenarios": ReleaseEvidence.Scenario.allCases.map { scenario -> JSONObject in
                         [
                             "scenario": scenario.rawValue, "found": found[scenario] != nil, "seqs": found[scenario]?.sequences ?? [],
-                            "explanation": found[scenario]?.explanation ?? "missing: no \(scenario.requirement)",
+                            "explanation": found[scenario]?.explanation ?? "missing: needs \(scenario.requirement)",
                         ]
                     },
                     "missing": verified.missing.map(\.rawValue),

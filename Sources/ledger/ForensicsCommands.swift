@@ -90,8 +90,9 @@ struct ReplayCommand: Subcommand {
         batch) and prints one JSON object per step: seq, seqs, time, event, what, decision, code, message,
         why, effects, then the state after the step: binding (unbound|bound|tombstoned), account (pseudonym),
         entitlement and entitled (active at the step's time). --until stops after a sequence number (a plain
-        integer) or a time (ISO-8601, inclusive). --text prints aligned columns instead. Accounts appear as
-        pseudonyms, as stored. See docs/forensics.md.
+        integer) or a time (ISO-8601, inclusive); a step is one record, so it never cuts one. --text prints
+        aligned columns instead. Accounts appear as pseudonyms, as stored. A lineage the ledger has no record
+        of prints no step, a note on stderr, and exits 0 (an empty history; docs/output.md). See docs/forensics.md.
         """
     static let options: Set<String> = ["original-transaction-id", "environment", "until"]
     static let flags: Set<String> = ["text"]

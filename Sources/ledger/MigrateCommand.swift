@@ -53,7 +53,7 @@ struct MigrateCommand: Subcommand {
         let intact = report.verification.isIntact
         console.out(
             JSONLine.render([
-                "from": source.description, "to": target.description, "keys": copy.directory.path, "records": report.records,
+                "from": source.description, "to": target.description, "keys": copy.keyDirectory.path, "records": report.records,
                 "readModels": report.readModels, "identities": report.identities, "headSeq": report.head.sequence,
                 "headHash": report.head.chainHash.hex, "root": report.root.hex, "intact": intact, "sourceGrew": grew,
                 "readModelDifferences": report.verification.readModelDifferences, "indexDifferences": report.verification.indexDifferences,

@@ -60,6 +60,7 @@ import Testing
         #expect(first.status == 0, "\(first.stderr)")
         #expect(first.stderr.isEmpty, "no progress when stderr is not a terminal")
         #expect(first.lines.count == 1)
+        #expect(OutputSchemas.shared.problems(first.stdout, against: "apple-backfill.schema.json") == [])
         let summary = first.json
         #expect(summary["fetched"] as? Int == 2 && summary["new"] as? Int == 2 && summary["duplicate"] as? Int == 0)
         #expect(summary["invalid"] as? Int == 0 && summary["pages"] as? Int == 1)
@@ -180,6 +181,7 @@ import Testing
         #expect(result.status == 0, "\(result.stderr)")
         let lines = result.lines.map(Fixtures.object)
         #expect(lines.count == 4)
+        for line in result.lines { #expect(OutputSchemas.shared.problems(line, against: "apple-history.schema.json") == [], "\(line)") }
         #expect(lines.prefix(3).map { $0["code"] as? String } == ["tombstoned", "tombstoned", "tombstoned"])
         #expect(lines.prefix(3).map { $0["decision"] as? String } == ["ignored", "ignored", "ignored"])
         #expect(lines.prefix(3).map { $0["transactionId"] as? String } == [Self.otid, "2000000000000102", "2000000000000103"])

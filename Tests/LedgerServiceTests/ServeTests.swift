@@ -323,6 +323,7 @@ import Testing
             ["bench", "serve", "--clients", "4", "--fixtures", ServedLedger.root.path, "--dir", directory.path("bench").path] + route)
         #expect(result.status == 0, "\(result.stderr)")
         let figures = result.json
+        #expect(OutputSchemas.shared.problems(result.stdout, against: "bench.schema.json") == [])
         #expect(figures["decisions"] as? Int == 40)
         #expect(figures["statuses"] as? [String: Int] == ["200": Int(route[3]) ?? 0])
         #expect(figures["serverExitStatus"] as? Int == 0)

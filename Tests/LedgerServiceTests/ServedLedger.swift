@@ -50,7 +50,8 @@ final class ServedLedger: @unchecked Sendable {
         process.standardError = try FileHandle(forWritingTo: directory.path("serve.log"))
         try process.run()
         guard let line = Self.readLine(out.fileHandleForReading.fileDescriptor, timeout: 20),
-            let listening = Fixtures.object(line)["listening"] as? String, listening.hasPrefix("127.0.0.1:"),
+            OutputSchemas.shared.problems(line, against: "serve.schema.json").isEmpty, let listening = Fixtures.object(line)["listening"] as? String,
+            listening.hasPrefix("127.0.0.1:"),
             let port = UInt16(listening.dropFirst("127.0.0.1:".count))
         else {
             process.terminate()

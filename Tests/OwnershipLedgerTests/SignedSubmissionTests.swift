@@ -237,6 +237,7 @@ extension SignedSubmissionTests {
         #expect(signing.status == 0, "\(signing.stderr)")
         #expect(signing.json["lines"] as? Int == 4)
         #expect(signing.json["signatures"] as? Int == 4)
+        #expect(OutputSchemas.shared.problems(signing.stdout, against: "bench.schema.json") == [])
         let signed = String(decoding: try Data(contentsOf: output), as: UTF8.self)
         let lines = signed.split(separator: "\n").map { Fixtures.object(String($0)) }
         #expect(lines.map { $0.keys.sorted() }[0] == ["account", "at", "signedTransaction", "type"])
