@@ -5,10 +5,11 @@ public import LedgerCore
 /// everything pending, decides it together through ``Ledger/submit(isolating:)`` (one write
 /// transaction, one `fsync`), and only then completes each request. A completion therefore means
 /// the decision is durable. When the queue is full a request is refused at once
-/// (``Refusal/full``), never queued without bound.
+/// (``Refusal/full``), or its producer waits for room (``enqueue(_:waitingForRoom:completion:)``):
+/// never queued without bound.
 ///
 /// A request is a list of groups (e.g. the lines of one batch), each decided in order at its own
-/// time. Any number of threads may ``enqueue(_:completion:)``; a process should have one committer per
+/// time. Any number of threads may ``enqueue(_:waitingForRoom:completion:)``; a process should have one committer per
 /// store (LMDB serialises writers, so a second one would only wait).
 public final class GroupCommitter: @unchecked Sendable {
     /// Why a request was not queued.
@@ -23,7 +24,7 @@ public final class GroupCommitter: @unchecked Sendable {
     public struct Commit: Sendable {
         /// Submissions decided in the commit.
         public var submissions: Int
-        /// Requests (``enqueue(_:completion:)`` calls) completed by it.
+        /// Requests (``enqueue(_:waitingForRoom:completion:)`` calls) completed by it.
         public var requests: Int
         /// From taking the group to the durable commit.
         public var seconds: Double
@@ -66,26 +67,32 @@ public final class GroupCommitter: @unchecked Sendable {
     public var inProgress: Int { condition.withLock { committing } }
 
     /// Queues a request: `groups`, to be decided in order, each at its own time. `completion` runs
-    /// on the writer thread once their commit is durable; keep it short.
+    /// on the writer thread once their commit is durable; keep it short (it holds up the next commit).
+    /// With `waitingForRoom`, a full queue makes the caller wait until the writer has taken enough
+    /// (a single producer streaming its input, as `ledger submit` does) instead of refusing.
     /// - Throws: ``Refusal/full`` when the queue has no room for its submissions (an empty queue
-    ///   takes any request), ``Refusal/closed`` after ``close()``.
-    public func enqueue(_ groups: Groups, completion: @escaping Completion) throws(Refusal) {
+    ///   takes any request) and the caller does not wait, ``Refusal/closed`` after ``close()``.
+    public func enqueue(_ groups: Groups, waitingForRoom: Bool = false, completion: @escaping Completion) throws(Refusal) {
         let size = groups.reduce(0) { $0 + $1.submissions.count }
         condition.lock()
         defer { condition.unlock() }
+        while waitingForRoom && !closed && !hasRoom(for: size) { condition.wait() }
         guard !closed else { throw .closed }
-        guard depth == 0 || depth + size <= capacity else { throw .full }
+        guard hasRoom(for: size) else { throw .full }
         pending.append((groups, size, completion))
         depth += size
-        condition.signal()
+        condition.broadcast()
     }
+
+    /// Whether the queue takes `size` more submissions now (call with the lock held).
+    private func hasRoom(for size: Int) -> Bool { depth == 0 || depth + size <= capacity }
 
     /// Refuses new requests, decides and completes everything queued, then stops the writer.
     /// Returns once the last commit is durable. Idempotent.
     public func close() {
         condition.withLock {
             closed = true
-            condition.signal()
+            condition.broadcast()
         }
         finished.wait()
         finished.signal()  // for the next caller
@@ -123,6 +130,7 @@ public final class GroupCommitter: @unchecked Sendable {
         pending.removeFirst(taken)
         depth -= count
         committing = count
+        condition.broadcast()  // producers waiting for room
         return requests
     }
 }

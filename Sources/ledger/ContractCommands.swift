@@ -4,50 +4,6 @@ import LedgerCore
 import OwnershipLedger
 import StrictJSON
 
-struct SubmitCommand: Subcommand {
-    static let name = "submit"
-    static let abstract = "Read verifier submissions (JSON lines) on stdin; write one decision per line."
-    static let usage = """
-        Usage: ledger submit [--trust-decoded] [--store DIR] < submissions.jsonl
-
-        Each input line is one JSON object: type (purchase, renewal, restore, notification,
-        delete-account, reconciliation), account (the authenticated Firebase UID), signedTransaction or
-        signedPayload (Apple JWS, verified), optional at (ISO-8601 or ms) and id (echoed). With
-        --trust-decoded, decoded transaction / notification objects and legacy verifyReceipt responses
-        (receipt) are accepted without signatures. One JSON decision per line, in order; a malformed line
-        gets decision "invalid" and appends nothing. See docs/protocol.md. Exit 0 when every line was answered.
-        """
-    static let options: Set<String> = []
-    static let flags: Set<String> = ["trust-decoded"]
-
-    static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
-        let ledger = try openLedger(arguments)
-        let protocolHandler = SubmitProtocol(ledger: ledger, trustDecoded: arguments.flags.contains("trust-decoded"))
-        var input = LineBatches(fileDescriptor: STDIN_FILENO, maximumLineBytes: SubmitProtocol.maximumLineBytes)
-        while let batch = input.next(upTo: 1_000) {
-            // Blank lines get no answer; every other line gets exactly one, in order.
-            let lines = batch.filter {
-                if case .bytes(let bytes) = $0 { return !SubmitProtocol.isBlank(bytes) }
-                return true
-            }
-            var answers = protocolHandler.respond(to: lines.compactMap(\.bytes)).makeIterator()
-            var output: [UInt8] = []
-            for line in lines {
-                switch line {
-                case .bytes: output += answers.next()?.bytes ?? []
-                case .unreadable(let reason): output += protocolHandler.invalidAnswer(reason)
-                }
-                output.append(UInt8(ascii: "\n"))
-            }
-            if !output.isEmpty { console.write(output) }
-        }
-        if let error = input.readError {
-            throw CLIError(code: .storeError, message: "reading standard input failed: \(error); lines after the last answer were not read")
-        }
-        return .success
-    }
-}
-
 struct BindingCommand: Subcommand {
     static let name = "binding"
     static let abstract = "Who owns a subscription lineage (optionally as it was at a time)."

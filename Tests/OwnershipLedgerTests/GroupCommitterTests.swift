@@ -84,15 +84,22 @@ import Testing
         committer.close()
     }
 
-    @Test func aFullQueueRefusesAtOnceAndTakesRequestsAgainOnceDrained() throws {
+    /// A committer of capacity 10 whose writer is held inside its first commit (request 0) while
+    /// requests 1–10 fill its queue.
+    func fullQueue() throws -> (Ledger, TemporaryDirectory, Gate, GroupCommitter, Outcomes) {
         let (ledger, directory) = try Fixtures.ledger()
-        defer { directory.remove() }
         let gate = Gate()
         let committer = GroupCommitter(ledger: ledger, capacity: 10, onCommit: gate.report)
         let outcomes = Outcomes()
         try committer.enqueue([([try purchase("a", "1")], t)], completion: outcomes.completion(0))
         gate.entered.wait()
         for index in 1...10 { try committer.enqueue([([try purchase("b\(index)", "\(10 + index)")], t)], completion: outcomes.completion(index)) }
+        return (ledger, directory, gate, committer, outcomes)
+    }
+
+    @Test func aFullQueueRefusesAtOnceAndTakesRequestsAgainOnceDrained() throws {
+        let (ledger, directory, gate, committer, outcomes) = try fullQueue()
+        defer { directory.remove() }
         #expect(throws: GroupCommitter.Refusal.full) {
             try committer.enqueue([([try purchase("c", "99")], t)], completion: outcomes.completion(99))
         }
@@ -107,6 +114,25 @@ import Testing
         outcomes.wait(1)
         committer.close()
         #expect(try ledger.account(uid: "d24").entitlements.count == 1)
+    }
+
+    @Test func aProducerWaitingForRoomIsQueuedOnceTheWriterTakesTheQueue() throws {
+        let (ledger, directory, gate, committer, outcomes) = try fullQueue()
+        defer { directory.remove() }
+        let queued = DispatchSemaphore(value: 0)
+        let late = try purchase("c", "99")
+        Thread {
+            try? committer.enqueue([([late], Fixtures.start)], waitingForRoom: true, completion: outcomes.completion(99))
+            queued.signal()
+        }.start()
+        #expect(queued.wait(timeout: .now() + 0.5) == .timedOut, "queued while the queue was full")
+        #expect(committer.queueDepth == 10)
+        gate.release.signal()
+        queued.wait()
+        outcomes.wait(12)
+        #expect(outcomes.decision(99)?.outcome == .granted)
+        #expect(gate.all.map(\.submissions).reduce(0, +) == 12)
+        committer.close()
     }
 
     @Test func closeDecidesWhatIsQueuedThenRefuses() throws {
