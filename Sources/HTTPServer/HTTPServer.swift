@@ -113,8 +113,9 @@ public final class HTTPServer: Sendable {
     /// Requests received and not yet finished.
     public var requestsInFlight: Int { core.liveCount }
 
-    /// Stops accepting connections. Requests that arrive afterwards on open connections are
-    /// answered 503 with `Connection: close`; requests already being handled go on.
+    /// Stops accepting connections. Requests whose headers arrive afterwards on open connections
+    /// are answered 503 with `Connection: close`; requests already received (counted in
+    /// ``requestsInFlight``, even while their body is still arriving) go on.
     public func quiesce() { daemon.quiesce() }
 
     /// Quiesces, waits up to `grace` seconds for requests in flight to be answered and sent,
@@ -204,7 +205,7 @@ private final class Daemon: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         guard let handle else { return }
-        core.startDraining()
+        core.startStopping()
         // libmicrohttpd refuses to stop with suspended connections: answer what is still pending.
         core.answerPending(HTTPResponse.error(503, code: "shutting-down", message: "the server is shutting down; retry"))
         let deadline = Date().addingTimeInterval(2)
@@ -249,7 +250,10 @@ final class ServerCore: @unchecked Sendable {
     let observer: (@Sendable (HTTPServer.Completion) -> Void)?
     private let lock = NSLock()
     private var live: [ObjectIdentifier: Exchange] = [:]
+    /// Quiesced: a request whose headers arrive from now on is refused 503.
     private var draining = false
+    /// Stopping: every request not yet handed to the handler is refused 503, however early it arrived.
+    private var stopping = false
     private var daemonMessages: [String] = []
 
     init(
@@ -264,10 +268,26 @@ final class ServerCore: @unchecked Sendable {
     var liveCount: Int { lock.withLock { live.count } }
     var pendingCount: Int { lock.withLock { live.values.filter(\.isPending).count } }
     var isDraining: Bool { lock.withLock { draining } }
+    var isStopping: Bool { lock.withLock { stopping } }
 
     func startDraining() { lock.withLock { draining = true } }
 
-    func register(_ exchange: Exchange) { lock.withLock { live[ObjectIdentifier(exchange)] = exchange } }
+    func startStopping() {
+        lock.withLock {
+            draining = true
+            stopping = true
+        }
+    }
+
+    /// Counts `exchange` in flight; whether it was admitted, i.e. its headers arrived before the
+    /// server was quiesced (decided under the same lock, so a request counted in flight is never
+    /// then refused for draining).
+    func register(_ exchange: Exchange) -> Bool {
+        lock.withLock {
+            live[ObjectIdentifier(exchange)] = exchange
+            return !draining
+        }
+    }
 
     func finish(_ exchange: Exchange) {
         lock.withLock { _ = live.removeValue(forKey: ObjectIdentifier(exchange)) }
@@ -301,7 +321,7 @@ final class ServerCore: @unchecked Sendable {
         guard let existing = context.pointee else {
             let exchange = Exchange(connection: connection, core: self, method: method, path: url)
             context.pointee = Unmanaged.passRetained(exchange).toOpaque()
-            register(exchange)
+            exchange.admitted = register(exchange)
             if let length = exchange.request.header("content-length").flatMap(Int.init), length > exchange.bodyLimit {
                 return exchange.send(exchange.tooLarge)
             }
@@ -330,6 +350,8 @@ final class Exchange: @unchecked Sendable {
     let bodyLimit: Int
     private let started = DispatchTime.now()
     private var bodyTooLarge = false
+    /// Its headers arrived before the server was quiesced (``ServerCore/register(_:)``).
+    var admitted = true
     private let lock = NSLock()
     private var phase = Phase.receiving
     private var response: HTTPResponse?
@@ -376,7 +398,9 @@ final class Exchange: @unchecked Sendable {
             phase = .handling
             lock.unlock()
             if bodyTooLarge { return send(tooLarge) }
-            if core.isDraining {
+            // Checked after `phase` became `.handling`: a stop that begins later finds this
+            // exchange pending and answers it (``Daemon/stop()``).
+            if !admitted || core.isStopping {
                 return send(
                     HTTPResponse.error(
                         503, code: "shutting-down", message: "the server is shutting down; retry", headers: [("Retry-After", "1")]))

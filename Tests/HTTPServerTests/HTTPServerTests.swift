@@ -78,13 +78,6 @@ import Testing
         }
     }
 
-    final class Flag: @unchecked Sendable {
-        private let lock = NSLock()
-        private var state = false
-        func set(_ value: Bool) { lock.withLock { state = value } }
-        var value: Bool { lock.withLock { state } }
-    }
-
     final class Statuses: @unchecked Sendable {
         private let lock = NSLock()
         private var all: [Int] = []
@@ -164,29 +157,74 @@ import Testing
     }
 
     @Test func shutdownAnswersRequestsInFlightThenRefusesConnections() throws {
-        let server = try HTTPServer(configuration: .init()) { request, responder in
-            DispatchQueue.global().asyncAfter(deadline: .now() + 0.3) { responder.respond(Self.echo(request)) }
-        }
+        // The handler holds every answer until the test releases them: once all 8 requests have
+        // reached it and the server has stopped accepting connections (shutdown has begun).
+        let held = Held()
+        let server = try HTTPServer(configuration: .init()) { request, responder in held.add(request, responder) }
         let client = try HTTPClient(port: server.port, connections: 8)
-        // Shut down once all 8 requests have reached the server (however long a loaded machine takes).
-        let stopped = DispatchSemaphore(value: 0)
-        let reached = Flag()
+        let statuses = Statuses()
+        let answered = DispatchSemaphore(value: 0)
         Thread {
-            let deadline = Date().addingTimeInterval(60)
-            while server.requestsInFlight < 8 && Date() < deadline { usleep(1_000) }
-            reached.set(server.requestsInFlight == 8)
-            server.shutdown(grace: 30)
-            stopped.signal()
+            for status in concurrently(8, { index in (try? client.post("/x", "\(index)"))?.status ?? -1 }) { statuses.add(status) }
+            answered.signal()
         }.start()
-        let statuses = concurrently(8) { index in (try? client.post("/x", "\(index)"))?.status ?? -1 }
-        stopped.wait()
-        try #require(reached.value, "the 8 requests never reached the server")
-        #expect(statuses == Array(repeating: 200, count: 8))
+        try #require(waitUntil { held.count == 8 }, "the 8 requests never reached the handler")
+        let shutdown = DispatchSemaphore(value: 0)
+        Thread {
+            server.shutdown(grace: 60)
+            shutdown.signal()
+        }.start()
+        try #require(waitUntil { (try? RawConnection(port: server.port)) == nil }, "the server still accepts connections")
+        #expect(server.requestsInFlight == 8)
+        held.answerAll()
+        answered.wait()
+        shutdown.wait()
+        #expect(statuses.list == Array(repeating: 200, count: 8))
+        #expect(server.requestsInFlight == 0)
         #expect(throws: (any Error).self) { try RawConnection(port: server.port) }
     }
 
+    @Test func aRequestWhoseBodyIsStillArrivingWhenTheServerQuiescesIsHandled() throws {
+        // Counted in flight from its headers on, it is not refused for arriving before the rest of its body.
+        let server = try HTTPServer(configuration: .init(), respond: Self.echo)
+        defer { server.shutdown() }
+        let early = try RawConnection(port: server.port)
+        early.send("POST /early HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n01234")
+        try #require(waitUntil { server.requestsInFlight == 1 }, "the request's headers never reached the server")
+        server.quiesce()
+        early.send("56789")
+        let answer = early.readUntilClosed(timeout: 30)
+        #expect(answer.text.hasPrefix("HTTP/1.1 200"), "\(answer.text)")
+        #expect(answer.text.contains(#""body":"0123456789""#), "\(answer.text)")
+        #expect(answer.text.lowercased().contains("connection: close"), "\(answer.text)")
+        #expect(throws: (any Error).self) { try RawConnection(port: server.port) }
+    }
+
+    /// Keeps every responder until ``answerAll()``.
+    final class Held: @unchecked Sendable {
+        private let lock = NSLock()
+        private var held: [(HTTPRequest, HTTPResponder)] = []
+        func add(_ request: HTTPRequest, _ responder: HTTPResponder) { lock.withLock { held.append((request, responder)) } }
+        var count: Int { lock.withLock { held.count } }
+        func answerAll() {
+            for (request, responder) in lock.withLock({ held }) { responder.respond(HTTPServerTests.echo(request)) }
+        }
+    }
+
+    /// Polls `condition` every millisecond for up to 60 seconds (a generous deadline for a loaded
+    /// machine); whether it became true.
+    func waitUntil(_ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(60)
+        while !condition() {
+            guard Date() < deadline else { return false }
+            usleep(1_000)
+        }
+        return true
+    }
+
     @Test func shutdownAnswers503WhatIsStillUnansweredAfterTheGracePeriod() throws {
-        let server = try HTTPServer(configuration: .init()) { _, _ in }  // never answers
+        let held = Held()
+        let server = try HTTPServer(configuration: .init()) { request, responder in held.add(request, responder) }  // never answers
         let client = try HTTPClient(port: server.port)
         let statuses = Statuses()
         let done = DispatchSemaphore(value: 0)
@@ -194,9 +232,7 @@ import Testing
             statuses.add((try? client.get("/never"))?.status ?? -1)
             done.signal()
         }
-        let deadline = Date().addingTimeInterval(60)
-        while server.requestsInFlight < 1 && Date() < deadline { usleep(1_000) }
-        try #require(server.requestsInFlight == 1, "the request never reached the server")
+        try #require(waitUntil { held.count == 1 }, "the request never reached the handler")
         server.shutdown(grace: 0.1)
         done.wait()
         #expect(statuses.list == [503])
