@@ -91,9 +91,10 @@ final class ServedLedger: @unchecked Sendable {
         return text.split(separator: "\n").first { $0.hasPrefix(sample + " ") }.flatMap { Double($0.split(separator: " ").last ?? "") }
     }
 
-    /// Polls `condition` for up to 20 seconds; whether it became true.
+    /// Polls `condition` for up to 60 seconds (generous, for a loaded machine: a condition that holds
+    /// ends the wait at once); whether it became true.
     func waitUntil(_ condition: () throws -> Bool) rethrows -> Bool {
-        let deadline = Date().addingTimeInterval(20)
+        let deadline = Date().addingTimeInterval(60)
         while Date() < deadline {
             if try condition() { return true }
             usleep(5_000)
