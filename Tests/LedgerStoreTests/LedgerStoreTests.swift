@@ -177,7 +177,7 @@ import Testing
         }
         #expect(try store.read { try store.pseudonym(ofUID: uid, in: $0) } == issued.account)
         #expect(try store.read { try store.uid(of: issued.account, in: $0) } == uid)
-        #expect(!Fixtures.anyFile(in: directory.url, contains: uid))
+        #expect(try !Fixtures.anyFile(in: directory.url, contains: uid))
         try store.write { _, writer in
             var batch = EngineBatch()
             batch.vaultErasures = [(issued.vaultKey, issued.account)]

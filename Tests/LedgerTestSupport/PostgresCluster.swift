@@ -228,14 +228,16 @@ extension Fixtures {
 
     /// Whether `needle` is anywhere the ledger stores data: the files of its store directory, or
     /// for PostgreSQL a `pg_dump` of its database (every table and column) and the server's log.
+    /// Needles are held to ``privacyNeedleMinimumBytes`` as in ``anyFile(in:contains:)``.
     public static func storeContains(_ ledger: Ledger, _ needle: String) throws -> Bool {
         switch ledger.store.location {
         case .directory(let url, let keys):
-            return anyFile(in: url, contains: needle) || anyFile(in: keys, contains: needle)
+            return try anyFile(in: url, contains: needle) || anyFile(in: keys, contains: needle)
         case .postgres(let url, let keys, _):
+            try requireDistinctive(needle, stores: 1)
             let cluster = try PostgresCluster.shared()
             let dump = decodingByteaLiterals(try cluster.dump(database: url.connectionString))
-            return dump.range(of: Data(needle.utf8)) != nil || cluster.serverLog().contains(needle) || anyFile(in: keys, contains: needle)
+            return try dump.range(of: Data(needle.utf8)) != nil || cluster.serverLog().contains(needle) || anyFile(in: keys, contains: needle)
         }
     }
 }

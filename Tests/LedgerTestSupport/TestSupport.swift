@@ -100,14 +100,51 @@ public enum Fixtures {
         if flipped == 0 { throw CocoaError(.fileReadCorruptFile) }
     }
 
-    /// True when `needle` occurs in any file under `directory`.
-    public static func anyFile(in directory: URL, contains needle: String) -> Bool {
-        let bytes = Data(needle.utf8)
-        let files = FileManager.default.enumerator(at: directory, includingPropertiesForKeys: nil)
-        while let file = files?.nextObject() as? URL {
-            if let data = try? Data(contentsOf: file), data.range(of: bytes) != nil { return true }
+    /// The shortest needle the privacy checks (``anyFile(in:contains:)``) search one store for. A store
+    /// holds random bytes (keys, HMAC pseudonyms, ciphertexts, hashes, signatures, and their base64
+    /// and hex in the files beside the database), where a short needle turns up by chance: "bob"
+    /// in about one demo store in thirty (~8 KB of base64 there). At 12 bytes the odds are below
+    /// 10^-17 a store, so a match means the identifier was written.
+    public static let privacyNeedleMinimumBytes = 12
+
+    /// A privacy check that could not tell a write from chance: its needle is too short.
+    public struct ShortNeedle: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// Throws ``ShortNeedle`` unless `needle`, searched for in `stores` independent stores, has
+    /// ``privacyNeedleMinimumBytes`` in all.
+    static func requireDistinctive(_ needle: String, stores: Int) throws {
+        guard stores > 0, needle.utf8.count * stores >= privacyNeedleMinimumBytes else {
+            throw ShortNeedle(
+                description: "\"\(needle)\" is too short to search \(stores) store(s) for: a chance match in their random bytes "
+                    + "cannot be told from a write (\(privacyNeedleMinimumBytes) bytes in all are needed)")
         }
-        return false
+    }
+
+    /// True when `needle` occurs in any file under `directory`: the privacy check that no plaintext
+    /// UID or Apple transaction id is written. Throws ``ShortNeedle`` for a needle under
+    /// ``privacyNeedleMinimumBytes``: give tests long identifiers (`uid-cli-alice-7f3a9c`, 16-digit
+    /// transaction ids).
+    public static func anyFile(in directory: URL, contains needle: String) throws -> Bool {
+        try anyFile(inEach: [directory], contains: needle)
+    }
+
+    /// True when `needle` occurs in a file under each of `directories`: stores made independently from
+    /// the same input, each with its own random keys (e.g. `ledger demo` run several times, whose
+    /// UIDs are short names). A plaintext write is in every one of them; a chance match in all of
+    /// them has one store's odds raised to their number. So a needle may be shorter in proportion:
+    /// ``privacyNeedleMinimumBytes`` in all (3 letters in 4 stores: odds below 10^-6).
+    public static func anyFile(inEach directories: [URL], contains needle: String) throws -> Bool {
+        try requireDistinctive(needle, stores: directories.count)
+        let bytes = Data(needle.utf8)
+        return directories.allSatisfy { directory in
+            let files = FileManager.default.enumerator(at: directory, includingPropertiesForKeys: nil)
+            while let file = files?.nextObject() as? URL {
+                if let data = try? Data(contentsOf: file), data.range(of: bytes) != nil { return true }
+            }
+            return false
+        }
     }
 }
 

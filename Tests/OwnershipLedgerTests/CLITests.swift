@@ -38,20 +38,24 @@ import Testing
     @Test func contractScenariosThroughTheBinary() throws {
         defer { directory.remove() }
         try initStore()
+        // UIDs and ids long enough that the privacy check below cannot match the store's random bytes by chance.
+        let (alice, bob, carol, erin) = ("uid-cli-alice-7f3a9c", "uid-cli-bob-7f3a9c", "uid-cli-carol-7f3a9c", "uid-cli-erin-7f3a9c")
+        let (aliceOTID, carolOTID, erinOTID) = ("2000000000001001", "2000000000002001", "2000000000003001")
         let responses = try submit([
-            ["id": "a1", "type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1001", at: t), "at": t],
-            ["id": "a2", "type": "restore", "account": "alice", "transaction": Fixtures.transaction("1001", at: t + 60_000), "at": t + 60_000],
-            ["id": "b1", "type": "restore", "account": "bob", "transaction": Fixtures.transaction("1001", at: t + 120_000), "at": t + 120_000],
+            ["id": "a1", "type": "purchase", "account": alice, "transaction": Fixtures.transaction(aliceOTID, at: t), "at": t],
+            ["id": "a2", "type": "restore", "account": alice, "transaction": Fixtures.transaction(aliceOTID, at: t + 60_000), "at": t + 60_000],
+            ["id": "b1", "type": "restore", "account": bob, "transaction": Fixtures.transaction(aliceOTID, at: t + 120_000), "at": t + 120_000],
             ["id": "bad", "type": "purchase"],
-            ["id": "c1", "type": "purchase", "account": "carol", "transaction": Fixtures.transaction("2001", at: t), "at": t],
-            ["id": "c2", "type": "delete-account", "account": "carol", "at": t + day],
+            ["id": "c1", "type": "purchase", "account": carol, "transaction": Fixtures.transaction(carolOTID, at: t), "at": t],
+            ["id": "c2", "type": "delete-account", "account": carol, "at": t + day],
             [
                 "id": "n1", "type": "notification",
                 "notification": Fixtures.notification(
-                    "DID_RENEW", uuid: "u1", transaction: Fixtures.transaction("2001", transactionId: "2002", at: t + 30 * day), at: t + 30 * day),
+                    "DID_RENEW", uuid: "u1", transaction: Fixtures.transaction(carolOTID, transactionId: "2000000000002002", at: t + 30 * day),
+                    at: t + 30 * day),
             ],
             [
-                "id": "f1", "type": "purchase", "account": "erin", "transaction": Fixtures.transaction("3001", at: t, ownership: "FAMILY_SHARED"),
+                "id": "f1", "type": "purchase", "account": erin, "transaction": Fixtures.transaction(erinOTID, at: t, ownership: "FAMILY_SHARED"),
                 "at": t,
             ],
         ])
@@ -62,26 +66,27 @@ import Testing
         #expect(responses[2]["code"] as? String == "permission-denied")
         #expect(responses[7]["code"] as? String == "family-sharing-unsupported")
 
-        let binding = try LedgerBinary.run(["binding", "--store", store, "--original-transaction-id", "1001"])
+        let binding = try LedgerBinary.run(["binding", "--store", store, "--original-transaction-id", aliceOTID])
         #expect(binding.json["state"] as? String == "bound")
-        #expect(binding.json["account"] as? String == "alice")
-        let tombstone = try LedgerBinary.run(["binding", "--store", store, "--original-transaction-id", "2001"])
+        #expect(binding.json["account"] as? String == alice)
+        let tombstone = try LedgerBinary.run(["binding", "--store", store, "--original-transaction-id", carolOTID])
         #expect(tombstone.json["state"] as? String == "tombstoned")
         #expect(tombstone.json["account"] is NSNull)
-        let alice = try LedgerBinary.run(["account", "--store", store, "--uid", "alice", "--at", LedgerTimeFormat.iso(t + day)])
-        let entitlements = alice.json["entitlements"] as? [[String: Any]] ?? []
+        let aliceAccount = try LedgerBinary.run(["account", "--store", store, "--uid", alice, "--at", LedgerTimeFormat.iso(t + day)])
+        let entitlements = aliceAccount.json["entitlements"] as? [[String: Any]] ?? []
         #expect(entitlements.count == 1)
         #expect(entitlements.first?["active"] as? Bool == true)
-        let later = try LedgerBinary.run(["account", "--store", store, "--uid", "alice", "--at", String(t + 40 * day)])
+        let later = try LedgerBinary.run(["account", "--store", store, "--uid", alice, "--at", String(t + 40 * day)])
         #expect((later.json["entitlements"] as? [[String: Any]])?.first?["active"] as? Bool == false)
-        let bob = try LedgerBinary.run(["account", "--store", store, "--uid", "bob"])
-        #expect((bob.json["entitlements"] as? [Any])?.isEmpty == true)
+        let bobAccount = try LedgerBinary.run(["account", "--store", store, "--uid", bob])
+        #expect((bobAccount.json["entitlements"] as? [Any])?.isEmpty == true)
 
         let verify = try LedgerBinary.run(["verify", "--store", store])
         #expect(verify.status == 0, "\(verify.stdout)")
-        #expect(!Fixtures.anyFile(in: directory.url, contains: "carol"))
-        #expect(!Fixtures.anyFile(in: directory.url, contains: "alice"))
-        #expect(!Fixtures.anyFile(in: directory.url, contains: "1001"))
+        // No UID or Apple transaction id of the scenario is anywhere in the store's files.
+        for identifier in [alice, bob, carol, erin, aliceOTID, carolOTID, "2000000000002002", erinOTID] {
+            #expect(try !Fixtures.anyFile(in: directory.url, contains: identifier), "\(identifier) is in the store")
+        }
     }
 
     @Test func verifyFailsWithTheSequenceOfATamperedRecord() throws {

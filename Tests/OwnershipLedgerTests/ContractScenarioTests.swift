@@ -114,24 +114,25 @@ import Testing
     @Test func deletionWithActiveBillingTombstonesAndNothingGrantsAfterwards() throws {
         defer { directory.remove() }
         let uid = "carol-uid-7f3a9c"
-        purchase(uid, "3001", at: t)
+        purchase(uid, "2000000000003001", at: t)
         let deletion = send(["type": "delete-account", "account": uid, "at": t + day])
         #expect(deletion["decision"] as? String == "recorded")
         #expect(deletion["appleBillingContinues"] as? Bool == true)
         #expect((deletion["message"] as? String)?.contains("does not cancel Apple billing") == true)
-        let binding = try ledger.binding(originalTransactionId: "3001")
+        let binding = try ledger.binding(originalTransactionId: "2000000000003001")
         #expect(binding.state == "tombstoned")
         #expect(binding.uid == nil)
         // Apple keeps billing: the renewal grants nobody.
         let renewal = send([
             "type": "notification", "at": t + 30 * day,
             "notification": Fixtures.notification(
-                "DID_RENEW", uuid: "n-1", transaction: Fixtures.transaction("3001", transactionId: "3002", at: t + 30 * day), at: t + 30 * day),
+                "DID_RENEW", uuid: "n-1", transaction: Fixtures.transaction("2000000000003001", transactionId: "2000000000003002", at: t + 30 * day),
+                at: t + 30 * day),
         ])
         #expect(renewal["decision"] as? String == "ignored")
         #expect(renewal["code"] as? String == "tombstoned")
         // A new account restoring the still-active purchase is denied and told about support.
-        let restore = purchase("dave", "3001", at: t + 31 * day, type: "restore", tid: "3002")
+        let restore = purchase("dave", "2000000000003001", at: t + 31 * day, type: "restore", tid: "2000000000003002")
         #expect(restore["code"] as? String == "permission-denied")
         #expect((restore["message"] as? String)?.contains("support") == true)
         #expect(try ledger.account(uid: "dave", at: t + 31 * day).entitlements.isEmpty)
@@ -139,7 +140,7 @@ import Testing
         #expect(try ledger.account(uid: uid).known == false)
         // No UID is left anywhere in the store (its files, or every table of its database).
         #expect(try !Fixtures.storeContains(ledger, uid))
-        #expect(try !Fixtures.storeContains(ledger, "3001"))
+        #expect(try !Fixtures.storeContains(ledger, "2000000000003001"))
         try expectIntact()
     }
 

@@ -48,13 +48,16 @@ import Testing
             outputs += [result.stdout, result.stderr]
             return result
         }
+        // Customer identifiers long enough that the privacy check at the end cannot match by chance (Fixtures.privacyNeedleMinimumBytes).
+        let (alice, bob, carol) = ("uid-pg-alice-7f3a9c", "uid-pg-bob-7f3a9c", "uid-pg-carol-7f3a9c")
+        let (first, second) = ("2000000000001001", "2000000000001002")
         let initialized = try run(["init", "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"])
         #expect(initialized.json["store"] as? String == url.replacingOccurrences(of: secret, with: "***"))
-        let lines = [purchase("alice", "1001"), purchase("bob", "1001", at: t + 1), purchase("carol", "1002")].joined(separator: "\n")
+        let lines = [purchase(alice, first), purchase(bob, first, at: t + 1), purchase(carol, second)].joined(separator: "\n")
         let submitted = try run(["submit", "--trust-decoded"], stdin: lines)
         #expect(submitted.lines.compactMap { Fixtures.object($0)["decision"] as? String } == ["granted", "denied", "granted"])
-        #expect(try run(["binding", "--original-transaction-id", "1001"]).json["account"] as? String == "alice")
-        #expect((try run(["account", "--uid", "carol"]).json["entitlements"] as? [Any])?.count == 1)
+        #expect(try run(["binding", "--original-transaction-id", first]).json["account"] as? String == alice)
+        #expect((try run(["account", "--uid", carol]).json["entitlements"] as? [Any])?.count == 1)
         #expect(try run(["log"]).lines.count == 3)
         #expect(try run(["verify"]).json["intact"] as? Bool == true)
         #expect(try run(["rebuild", "--check"]).json["repaired"] as? Bool == false)
@@ -67,12 +70,12 @@ import Testing
         #expect(databases["identities"]?["entries"] == 6)
         let checkpoint = try run(["checkpoint", "--out", directory.path("cp").path, "--public-key-out", directory.path("pub.pem").path])
         #expect(try run(["verify", "--checkpoint", directory.path("cp").path]).json["intact"] as? Bool == true, "\(checkpoint.stdout)")
-        _ = try run(["replay", "--original-transaction-id", "1001"])
-        _ = try run(["explain", "--uid", "bob", "--original-transaction-id", "1001"])
-        _ = try run(["dispute", "export", "--original-transaction-id", "1001", "--out", directory.path("bundle.json").path])
+        _ = try run(["replay", "--original-transaction-id", first])
+        _ = try run(["explain", "--uid", bob, "--original-transaction-id", first])
+        _ = try run(["dispute", "export", "--original-transaction-id", first, "--out", directory.path("bundle.json").path])
         // Errors name the store without its password.
         let wrongDatabase = try LedgerBinary.run(
-            ["binding", "--original-transaction-id", "1001"],
+            ["binding", "--original-transaction-id", first],
             environment: ["LEDGER_STORE": url.replacingOccurrences(of: "ledger_test_", with: "missing_"), "LEDGER_KEYS": directory.path("keys").path])
         #expect(wrongDatabase.status == 3)
         #expect(wrongDatabase.stderr.contains("***"), "\(wrongDatabase.stderr)")
@@ -82,7 +85,7 @@ import Testing
         for output in outputs { #expect(!output.contains(secret), "the password was printed: \(output)") }
         // Nothing of the customers' identifiers in any table, column or server log line.
         let dump = try cluster.dump(database: url)
-        for needle in ["alice", "bob", "carol", "1001", "1002"] {
+        for needle in [alice, bob, carol, first, second] {
             #expect(!Fixtures.decodingByteaLiterals(dump).contains(Data(needle.utf8)), "\(needle) is in the database")
             #expect(!cluster.serverLog().contains(needle))
         }
