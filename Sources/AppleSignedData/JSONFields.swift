@@ -5,10 +5,24 @@ public import StrictJSON
 struct JSONFields {
     let members: JSONMembers
     let context: String
+    /// Whether times with a fraction are floored to whole milliseconds instead of refused: set by
+    /// ``readingTimes(of:)`` for a payload whose environment is Xcode or LocalTesting.
+    private(set) var floorsFractionalMillis = false
 
     init(_ members: JSONMembers, context: String) {
         self.members = members
         self.context = context
+    }
+
+    /// These fields with their times read by `environment`'s rule. StoreKit testing in Xcode (and
+    /// LocalTesting) signs fractional milliseconds (`1697679936049.7297`), which Apple's libraries
+    /// floor: for those two environments a time is floored to whole milliseconds. Every other
+    /// environment (or none) takes only plain integers and refuses a fraction with
+    /// ``JSONValue/millisecondsRequired(_:)``, the message `ledger submit` gives for `at`.
+    func readingTimes(of environment: AppleEnvironment?) -> JSONFields {
+        var fields = self
+        fields.floorsFractionalMillis = environment?.isLocal == true
+        return fields
     }
 
     /// Reads a JSON object strictly (duplicate keys, nesting and size are refused).
@@ -54,13 +68,20 @@ struct JSONFields {
         return value
     }
 
-    /// Milliseconds since the epoch: only a plain integer is accepted (no fraction, no exponent).
+    /// Milliseconds since the epoch: a plain integer (no fraction, no exponent), or under
+    /// ``readingTimes(of:)`` for Xcode and LocalTesting any number within range, floored.
     func optionalMillis(_ key: String) throws(VerificationError) -> Int64? {
         guard let raw = value(key) else { return nil }
-        guard case .integer(let millis) = raw else {
-            throw VerificationError(.invalidPayload, JSONValue.millisecondsRequired("\(context).\(key)"))
+        switch raw {
+        case .integer(let millis):
+            return millis
+        case .number(let millis) where floorsFractionalMillis:
+            // Int64(exactly:) is nil beyond Int64's range (e.g. 1e300): refused like any other non-time.
+            if let floored = Int64(exactly: millis.rounded(.down)) { return floored }
+        default:
+            break
         }
-        return millis
+        throw VerificationError(.invalidPayload, JSONValue.millisecondsRequired("\(context).\(key)"))
     }
 
     func millis(_ key: String) throws(VerificationError) -> Int64 {

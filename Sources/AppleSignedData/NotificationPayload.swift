@@ -71,7 +71,7 @@ public struct NotificationPayload: Sendable, Equatable {
             notificationType: try f.string("notificationType"),
             subtype: try f.optionalString("subtype"),
             notificationUUID: try f.string("notificationUUID"),
-            signedDate: try f.millis("signedDate"),
+            signedDate: try f.readingTimes(of: environment).millis("signedDate"),
             bundleId: identity.bundleId,
             appAppleId: identity.appAppleId,
             environment: environment,

@@ -1,7 +1,8 @@
 public import StrictJSON
 
 /// The facts of one App Store transaction (JWSTransaction), after verification or from trusted decoded JSON.
-/// Dates are whole milliseconds since the epoch (a fraction is refused).
+/// Dates are whole milliseconds since the epoch: a fraction is refused, except in an Xcode or
+/// LocalTesting payload, whose StoreKit-testing times are floored (`docs/verification.md`).
 public struct TransactionPayload: Sendable, Equatable {
     public var originalTransactionId: String
     public var transactionId: String
@@ -79,7 +80,9 @@ public struct TransactionPayload: Sendable, Equatable {
         try self.init(json: JSONFields.parseObject(jsonData, context: "transaction"))
     }
 
-    init(_ f: JSONFields) throws(VerificationError) {
+    init(_ fields: JSONFields) throws(VerificationError) {
+        // The environment decides how times are read; an error in it is reported in field order below.
+        let f = fields.readingTimes(of: try? fields.optionalEnvironment("environment"))
         self.init(
             originalTransactionId: try f.identifier("originalTransactionId", .originalTransactionId),
             transactionId: try f.identifier("transactionId", .transactionId),
@@ -107,7 +110,8 @@ public struct TransactionPayload: Sendable, Equatable {
     }
 }
 
-/// The facts of one subscription's renewal state (JWSRenewalInfo). Dates in ms since the epoch.
+/// The facts of one subscription's renewal state (JWSRenewalInfo). Dates in ms since the epoch, read
+/// as ``TransactionPayload``'s are.
 public struct RenewalInfoPayload: Sendable, Equatable {
     public var originalTransactionId: String
     public var autoRenewProductId: String?
@@ -159,7 +163,9 @@ public struct RenewalInfoPayload: Sendable, Equatable {
         try self.init(json: JSONFields.parseObject(jsonData, context: "renewalInfo"))
     }
 
-    init(_ f: JSONFields) throws(VerificationError) {
+    init(_ fields: JSONFields) throws(VerificationError) {
+        // The environment decides how times are read; an error in it is reported in field order below.
+        let f = fields.readingTimes(of: try? fields.optionalEnvironment("environment"))
         self.init(
             originalTransactionId: try f.identifier("originalTransactionId", .originalTransactionId),
             autoRenewProductId: try f.optionalString("autoRenewProductId"),

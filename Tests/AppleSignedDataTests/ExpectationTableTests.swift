@@ -86,13 +86,43 @@ struct JWSCase: Sendable, CustomTestStringConvertible {
         if let fieldData = testCase.fields,
             let fields = try JSONSerialization.jsonObject(with: fieldData) as? [String: Any]
         {
-            for (key, expected) in fields { try expectField(payload, key, expected, testCase.id) }
+            for (key, expected) in fields {
+                try expectField(payload, key, expected, testCase.id) { name in
+                    try Self.typedTime(name, of: jws, testCase.kind, verifier: verifier, now: now)
+                }
+            }
+        }
+    }
+
+    /// The time `name` ("purchaseDate") of the typed payload the verifier decodes `jws` to: what the
+    /// ledger decides on (an Xcode payload's fractional milliseconds floored).
+    static func typedTime(_ name: String, of jws: String, _ kind: SignedDataKind, verifier: SignedDataVerifier, now: Int64) throws -> Int64? {
+        switch kind {
+        case .transaction:
+            let transaction = try verifier.verifyTransaction(jws, now: now).get()
+            let times = [
+                "purchaseDate": transaction.purchaseDate, "originalPurchaseDate": transaction.originalPurchaseDate,
+                "expiresDate": transaction.expiresDate, "signedDate": transaction.signedDate, "revocationDate": transaction.revocationDate,
+            ]
+            return times[name] ?? nil
+        case .renewalInfo:
+            let renewal = try verifier.verifyRenewalInfo(jws, now: now).get()
+            let times = [
+                "signedDate": renewal.signedDate, "renewalDate": renewal.renewalDate, "gracePeriodExpiresDate": renewal.gracePeriodExpiresDate,
+                "recentSubscriptionStartDate": renewal.recentSubscriptionStartDate,
+            ]
+            return times[name] ?? nil
+        default:
+            return nil
         }
     }
 
     /// Compares one `fields` entry ("data.bundleId", "signedDateMs", null = absent) with the payload.
-    /// Upstream expects Xcode's fractional milliseconds floored; the verifier returns the payload as signed.
-    func expectField(_ payload: JSONMembers, _ key: String, _ expected: Any, _ id: String) throws {
+    /// Upstream expects Xcode's fractional milliseconds floored: a time signed with a fraction is
+    /// compared as the typed payload decodes it (`typed`), never floored here.
+    func expectField(
+        _ payload: JSONMembers, _ key: String, _ expected: Any, _ id: String, typed: (String) throws -> Int64?
+    ) throws {
         var path = key.split(separator: ".").map(String.init)
         var object = payload
         while path.count > 1 {
@@ -111,7 +141,7 @@ struct JWSCase: Sendable, CustomTestStringConvertible {
         case let number as NSNumber:
             switch actual {
             case .integer(let integer)?: #expect(integer == number.int64Value, "\(id) \(key)")
-            case .number(let double)?: #expect(Int64(double.rounded(.down)) == number.int64Value, "\(id) \(key)")
+            case .number?: #expect(try typed(name) == number.int64Value, "\(id) \(key): the typed payload's time")
             default: Issue.record("\(id) \(key): \(String(describing: actual)) is not a number")
             }
         default:

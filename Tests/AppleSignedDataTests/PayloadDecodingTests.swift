@@ -65,18 +65,57 @@ import Testing
         #expect(throws: VerificationError(.invalidPayload, testCase.message)) { try TransactionPayload(json: members) }
     }
 
-    @Test(arguments: ["1697679936049.7297", "1697679936049.0", "1.697679936049e12", "-1.5"])
-    func fractionalMillisecondsAreRefusedWithOneMessage(_ time: String) throws {
+    /// A transaction in `environment` with one of its dates written as `time` (JSON text).
+    static func transactionJSON(environment: String, _ field: String, _ time: String) -> Data {
+        var fields = ["purchaseDate": "1697679936049", "expiresDate": "1700358336049", "signedDate": "1697679936056"]
+        fields[field] = time
+        let json =
+            #"{"originalTransactionId":"0","transactionId":"0","productId":"p","bundleId":"b","inAppOwnershipType":"PURCHASED","#
+            + #""environment":"\#(environment)","# + fields.map { "\"\($0.key)\":\($0.value)" }.joined(separator: ",") + "}"
+        return Data(json.utf8)
+    }
+
+    @Test(arguments: ["Production", "Sandbox"], ["1697679936049.7297", "1697679936049.0", "1.697679936049e12", "-1.5"])
+    func fractionalMillisecondsAreRefusedWithOneMessage(_ environment: String, _ time: String) throws {
         for field in ["purchaseDate", "expiresDate", "signedDate"] {
-            var fields = [
-                "purchaseDate": "1697679936049", "expiresDate": "1700358336049", "signedDate": "1697679936056",
-            ]
-            fields[field] = time
-            let json =
-                #"{"originalTransactionId":"0","transactionId":"0","productId":"p","bundleId":"b","inAppOwnershipType":"PURCHASED","#
-                + #""environment":"Xcode","# + fields.map { "\"\($0.key)\":\($0.value)" }.joined(separator: ",") + "}"
             #expect(throws: VerificationError(.invalidPayload, "transaction.\(field) must be a whole number of milliseconds")) {
-                try TransactionPayload(jsonData: Data(json.utf8))
+                try TransactionPayload(jsonData: Self.transactionJSON(environment: environment, field, time))
+            }
+        }
+        let renewal = Data(#"{"originalTransactionId":"0","environment":"\#(environment)","signedDate":\#(time)}"#.utf8)
+        #expect(throws: VerificationError(.invalidPayload, "renewalInfo.signedDate must be a whole number of milliseconds")) {
+            try RenewalInfoPayload(jsonData: renewal)
+        }
+        let notification = Data(
+            #"{"notificationType":"DID_RENEW","notificationUUID":"u","signedDate":\#(time),"data":{"environment":"\#(environment)","bundleId":"b"}}"#
+                .utf8)
+        #expect(throws: VerificationError(.invalidPayload, "notification.signedDate must be a whole number of milliseconds")) {
+            try NotificationPayload(jsonData: notification)
+        }
+    }
+
+    @Test(arguments: ["Xcode", "LocalTesting"])
+    func storeKitTestingTimesAreFlooredToWholeMilliseconds(_ environment: String) throws {
+        // StoreKit testing signs fractional milliseconds; Apple's libraries floor them (Vectors/README.md 3c).
+        for (time, floored): (String, Int64) in [
+            ("1697679936049.7297", 1_697_679_936_049), ("1697679936049.0", 1_697_679_936_049), ("1.697679936049e12", 1_697_679_936_049),
+            ("-1.5", -2), ("1697679936049", 1_697_679_936_049),
+        ] {
+            let transaction = try TransactionPayload(jsonData: Self.transactionJSON(environment: environment, "expiresDate", time))
+            #expect(transaction.expiresDate == floored, "\(time)")
+            let renewal = try RenewalInfoPayload(
+                jsonData: Data(#"{"originalTransactionId":"0","environment":"\#(environment)","signedDate":\#(time)}"#.utf8))
+            #expect(renewal.signedDate == floored, "\(time)")
+            let notification = try NotificationPayload(
+                jsonData: Data(
+                    #"{"notificationType":"DID_RENEW","notificationUUID":"u","signedDate":\#(time),"data":{"environment":"\#(environment)","bundleId":"b"}}"#
+                        .utf8))
+            #expect(notification.signedDate == floored, "\(time)")
+        }
+        // Still refused there: what is not a number of milliseconds at all, or beyond Int64.
+        for time in ["1e300", "\"1697679936049\"", "true"] {
+            #expect(throws: VerificationError(.invalidPayload, "transaction.purchaseDate must be a whole number of milliseconds")) {
+                try TransactionPayload(jsonData: Self.transactionJSON(environment: environment, "purchaseDate", time))
             }
         }
     }
@@ -96,19 +135,23 @@ import Testing
         }
     }
 
-    @Test func xcodeVectorsVerifyButTheirFractionalMillisecondsAreRefusedWhenDecoded() throws {
-        // Xcode's StoreKit testing signs fractional milliseconds (1697679936049.7297). The
-        // identity checks pass; typed decoding refuses the fraction like any other.
+    @Test func xcodeVectorsDecodeWithTheirTimesFlooredAsUpstreamExpects() throws {
+        // Xcode's StoreKit testing signs fractional milliseconds (1697679936049.7297): the verified
+        // JSON keeps them as signed, the typed payloads floor them (expectations.json "xcode-transaction").
         let verifier = try Vectors.verifier(environment: .xcode, bundleId: "com.example.naturelab.backyardbirds.example")
         let jws = try Vectors.string("jws/xcode-signed-transaction.jws")
         let verified = try verifier.verify(jws, as: .transaction, now: 0).get()
         #expect(verified.payload["purchaseDate"] == .number(1_697_679_936_049.7297))
-        #expect(
-            verifier.verifyTransaction(jws, now: 0).failure
-                == VerificationError(.invalidPayload, "transaction.purchaseDate must be a whole number of milliseconds"))
-        #expect(
-            verifier.verifyRenewalInfo(try Vectors.string("jws/xcode-signed-renewal-info.jws"), now: 0).failure
-                == VerificationError(.invalidPayload, "renewalInfo.signedDate must be a whole number of milliseconds"))
+        let transaction = try verifier.verifyTransaction(jws, now: 0).get()
+        #expect(transaction.purchaseDate == 1_697_679_936_049)
+        #expect(transaction.originalPurchaseDate == 1_697_679_936_049)
+        #expect(transaction.expiresDate == 1_700_358_336_049)
+        #expect(transaction.signedDate == 1_697_679_936_056)
+        #expect(transaction.environment == .xcode)
+        let renewal = try verifier.verifyRenewalInfo(try Vectors.string("jws/xcode-signed-renewal-info.jws"), now: 0).get()
+        #expect(renewal.signedDate == 1_697_679_936_711)
+        #expect(renewal.recentSubscriptionStartDate == 1_697_679_936_049)
+        #expect(renewal.renewalDate == 1_700_358_336_049)
 
         let app = try verifier.inspect(try Vectors.string("jws/xcode-signed-app-transaction.jws"), now: 0).get()
         #expect(app.kind == .appTransaction)

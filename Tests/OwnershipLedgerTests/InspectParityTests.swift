@@ -166,4 +166,28 @@ import Testing
             stdin: Fixtures.line(["type": "purchase", "account": "k", "transaction": transaction(["bundleId": kelvin]), "at": t]) + "\n")
         #expect(Fixtures.object(trusted.lines.first ?? "")["code"] as? String == "invalid-app-identifier")
     }
+
+    @Test func storeKitTestingDataIsDecidedWithItsFractionalMillisecondsFloored() throws {
+        defer { directory.remove() }
+        // Xcode signs times such as 1697679936049.7297; a ledger for local testing floors them (docs/verification.md).
+        let created = try LedgerBinary.run([
+            "init", "--store", store, "--bundle-id", "com.example.naturelab.backyardbirds.example", "--environment", "Xcode",
+            "--allow-local-testing",
+        ])
+        #expect(created.status == 0, "\(created.stderr)")
+        let jws = String(decoding: try Data(contentsOf: Self.certs.appendingPathComponent("jws/xcode-signed-transaction.jws")), as: UTF8.self)
+        let at: Int64 = 1_697_679_937_000
+        let inspected = try LedgerBinary.run([
+            "inspect-jws", Self.certs.appendingPathComponent("jws/xcode-signed-transaction.jws").path, "--at", String(at), "--store", store,
+        ])
+        #expect(inspected.status == 0, "\(inspected.stdout) \(inspected.stderr)")
+        #expect(inspected.json["valid"] as? Bool == true)
+        #expect(inspected.json["signatureVerified"] as? Bool == false)
+        let line = Fixtures.line(["type": "purchase", "account": "uid-xcode-tester-7f3a9c", "signedTransaction": jws, "at": at])
+        let submitted = try LedgerBinary.run(["submit", "--store", store], stdin: line + "\n")
+        #expect(submitted.json["decision"] as? String == "granted", "\(submitted.stdout) \(submitted.stderr)")
+        // expiresDate 1700358336049.7297 in the signed payload.
+        let entitlement = submitted.json["entitlement"] as? [String: Any]
+        #expect(entitlement?["expiresAt"] as? String == "2023-11-19T01:45:36.049Z", "\(submitted.stdout)")
+    }
 }
