@@ -1,4 +1,3 @@
-import COpenSSL
 import Foundation
 import LedgerCrypto
 
@@ -49,30 +48,11 @@ public enum TestTokenSigner {
         let input = Array((encodedHeader + "." + encodedClaims).utf8)
         let signature: [UInt8]
         switch algorithm {
-        case .rs256(let pem): signature = try rsaSign(input, privateKeyPEM: pem, digest: EVP_sha256())
-        case .rs512(let pem): signature = try rsaSign(input, privateKeyPEM: pem, digest: EVP_sha512())
+        case .rs256(let pem): signature = try RSASigner.sign(input, privateKeyPEM: pem, hash: .sha256)
+        case .rs512(let pem): signature = try RSASigner.sign(input, privateKeyPEM: pem, hash: .sha512)
         case .hs256(let key): signature = try Digest.hmacSHA256(key: key, message: input)
         case .none: signature = []
         }
         return encodedHeader + "." + encodedClaims + "." + Base64URL.encode(signature)
-    }
-
-    private static func rsaSign(_ message: [UInt8], privateKeyPEM: String, digest: OpaquePointer?) throws -> [UInt8] {
-        let pem = Array(privateKeyPEM.utf8)
-        let key: OpaquePointer? = pem.withUnsafeBufferPointer { buffer in
-            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(clamping: buffer.count)) else { return nil }
-            defer { BIO_free(bio) }
-            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
-        }
-        guard let key else { throw CryptoError("PEM_read_bio_PrivateKey") }
-        defer { EVP_PKEY_free(key) }
-        guard let context = EVP_MD_CTX_new() else { throw CryptoError("EVP_MD_CTX_new") }
-        defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestSignInit(context, nil, digest, nil, key) == 1 else { throw CryptoError("EVP_DigestSignInit") }
-        var length = 0
-        guard EVP_DigestSign(context, nil, &length, message, message.count) == 1 else { throw CryptoError("EVP_DigestSign (size)") }
-        var signature = [UInt8](repeating: 0, count: length)
-        guard EVP_DigestSign(context, &signature, &length, message, message.count) == 1 else { throw CryptoError("EVP_DigestSign") }
-        return Array(signature.prefix(length))
     }
 }

@@ -35,10 +35,7 @@ public struct ES256PrivateKey: Sendable, CustomStringConvertible {
     /// or SEC1 (`BEGIN EC PRIVATE KEY`). Throws ``ES256Error`` unless it is an unencrypted EC P-256 key
     /// whose private scalar matches the public point stored with it.
     public init(pem: String) throws {
-        // A non-nil empty passphrase keeps OpenSSL from prompting on the terminal for an encrypted key.
-        let key = try EVPKey.p256(pem: pem) { bio in
-            "".withCString { PEM_read_bio_PrivateKey(bio, nil, nil, UnsafeMutableRawPointer(mutating: $0)) }
-        }
+        let key = try EVPKey.p256(pem: pem, read: EVPKey.readPrivateKey)
         // A damaged file can hold a valid scalar beside another key's public point: its signatures
         // would never verify. EVP_PKEY_check checks the point and that it is the scalar's.
         guard let context = EVP_PKEY_CTX_new(key.pointer, nil) else { throw CryptoError("EVP_PKEY_CTX_new") }
@@ -60,14 +57,7 @@ public struct ES256PrivateKey: Sendable, CustomStringConvertible {
     /// Signs `message`: ECDSA over SHA-256(`message`), returned as 64 bytes R‖S. O(message length).
     public func sign(_ message: [UInt8]) throws -> [UInt8] {
         let key = try EVPKey.decoded(der, "d2i_AutoPrivateKey") { d2i_AutoPrivateKey(nil, $0, $1) }
-        guard let context = EVP_MD_CTX_new() else { throw CryptoError("EVP_MD_CTX_new") }
-        defer { EVP_MD_CTX_free(context) }
-        try check(EVP_DigestSignInit(context, nil, EVP_sha256(), nil, key.pointer), "EVP_DigestSignInit(ES256)")
-        var length = 0
-        try check(EVP_DigestSign(context, nil, &length, message, message.count), "EVP_DigestSign(ES256, size)")
-        var signature = [UInt8](repeating: 0, count: length)
-        try check(EVP_DigestSign(context, &signature, &length, message, message.count), "EVP_DigestSign(ES256)")
-        guard let raw = ES256Signature.raw(fromDER: Array(signature.prefix(length))) else {
+        guard let raw = ES256Signature.raw(fromDER: try key.sign(message, digest: EVP_sha256(), "ES256")) else {
             throw CryptoError("EVP_DigestSign(ES256)", detail: "the signature is not one DER ECDSA-Sig-Value of two 256-bit integers")
         }
         return raw

@@ -62,6 +62,26 @@ final class EVPKey {
         }
     }
 
+    /// Reads a PEM private key (PKCS#8, or the algorithm's own form such as SEC1 or PKCS#1) from a
+    /// BIO: the one `PEM_read_bio_PrivateKey` call every private key parse goes through. A non-nil
+    /// empty passphrase keeps OpenSSL from prompting on the terminal for an encrypted key.
+    static func readPrivateKey(_ bio: OpaquePointer) -> OpaquePointer? {
+        "".withCString { PEM_read_bio_PrivateKey(bio, nil, nil, UnsafeMutableRawPointer(mutating: $0)) }
+    }
+
+    /// A signature of `message` with this private key (`EVP_DigestSign`): hashed with `digest`, or
+    /// none for Ed25519, which signs the message itself. `name` names the calls in errors.
+    func sign(_ message: [UInt8], digest: OpaquePointer?, _ name: String) throws -> [UInt8] {
+        guard let context = EVP_MD_CTX_new() else { throw CryptoError("EVP_MD_CTX_new") }
+        defer { EVP_MD_CTX_free(context) }
+        try check(EVP_DigestSignInit(context, nil, digest, nil, pointer), "EVP_DigestSignInit(\(name))")
+        var length = 0
+        try check(EVP_DigestSign(context, nil, &length, message, message.count), "EVP_DigestSign(\(name), size)")
+        var signature = [UInt8](repeating: 0, count: length)
+        try check(EVP_DigestSign(context, &signature, &length, message, message.count), "EVP_DigestSign(\(name))")
+        return Array(signature.prefix(length))
+    }
+
     /// Parses a PEM block with `read` (a `PEM_read_bio_*` call) and checks the key is Ed25519.
     static func ed25519(pem: String, read: (OpaquePointer) -> OpaquePointer?) throws -> EVPKey {
         let key = try EVPKey.pem(pem, invalid: Ed25519Error.invalidPEM, read: read)
@@ -129,10 +149,7 @@ public struct Ed25519PrivateKey: Sendable, CustomStringConvertible {
 
     /// Parses a PEM private key (PKCS#8 `BEGIN PRIVATE KEY`); throws when it is not an unencrypted Ed25519 key.
     public init(pem: String) throws {
-        // A non-nil empty passphrase keeps OpenSSL from prompting on the terminal for an encrypted key.
-        let key = try EVPKey.ed25519(pem: pem) { bio in
-            "".withCString { PEM_read_bio_PrivateKey(bio, nil, nil, UnsafeMutableRawPointer(mutating: $0)) }
-        }
+        let key = try EVPKey.ed25519(pem: pem, read: EVPKey.readPrivateKey)
         try self.init(rawRepresentation: key.rawPrivateKey())
     }
 
@@ -147,14 +164,8 @@ public struct Ed25519PrivateKey: Sendable, CustomStringConvertible {
 
     /// Signs `message` (pure Ed25519, no pre-hashing); the signature is 64 bytes. O(message length).
     public func sign(_ message: [UInt8]) throws -> [UInt8] {
-        let key = try EVPKey.ed25519Private(seed: rawRepresentation)
-        guard let context = EVP_MD_CTX_new() else { throw CryptoError("EVP_MD_CTX_new") }
-        defer { EVP_MD_CTX_free(context) }
-        try check(EVP_DigestSignInit(context, nil, nil, nil, key.pointer), "EVP_DigestSignInit(ED25519)")
-        var signature = [UInt8](repeating: 0, count: 64)
-        var length = signature.count
-        try check(EVP_DigestSign(context, &signature, &length, message, message.count), "EVP_DigestSign(ED25519)")
-        guard length == 64 else { throw CryptoError("EVP_DigestSign(ED25519)", detail: "returned \(length) bytes, not 64") }
+        let signature = try EVPKey.ed25519Private(seed: rawRepresentation).sign(message, digest: nil, "ED25519")
+        guard signature.count == 64 else { throw CryptoError("EVP_DigestSign(ED25519)", detail: "returned \(signature.count) bytes, not 64") }
         return signature
     }
 }

@@ -46,3 +46,25 @@ public final class RSAPublicKey: @unchecked Sendable {
         return verified
     }
 }
+
+/// RSASSA-PKCS1-v1_5 signatures with a PEM private key, for the tools and tests that build tokens
+/// (Firebase's RS256, and the RS512 a verifier must refuse). Nothing in the ledger signs with RSA.
+public enum RSASigner {
+    /// The hash signed over.
+    public enum Hash: Sendable {
+        case sha256, sha512
+    }
+
+    /// The signature of `message` with the RSA key in `privateKeyPEM` (PKCS#8 or PKCS#1), hashed with `hash`.
+    /// - Throws: ``CryptoError`` naming the call when the key does not parse or libcrypto fails.
+    public static func sign(_ message: [UInt8], privateKeyPEM: String, hash: Hash) throws -> [UInt8] {
+        let key = try EVPKey.pem(privateKeyPEM, invalid: { CryptoError("PEM_read_bio_PrivateKey", detail: $0) }, read: EVPKey.readPrivateKey)
+        guard EVP_PKEY_get_base_id(key.pointer) == EVP_PKEY_RSA else {
+            throw CryptoError("PEM_read_bio_PrivateKey", detail: "the key is not an RSA key")
+        }
+        switch hash {
+        case .sha256: return try key.sign(message, digest: EVP_sha256(), "RS256")
+        case .sha512: return try key.sign(message, digest: EVP_sha512(), "RS512")
+        }
+    }
+}

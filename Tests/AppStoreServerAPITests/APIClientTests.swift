@@ -197,9 +197,15 @@ import Testing
         let base = f.server.baseURL
         f.server.shutdown()  // nothing listens on that port any more
         let credentials = try AppStoreConnectCredentials(issuerId: "I", keyId: "K", privateKey: f.key)
-        let sleeps = Sleeps()
+        let sleeps = Collected<Double>()
         let client = try AppStoreServerAPIClient(
-            baseURL: base, credentials: credentials, bundleId: "b", retry: .init(maximumAttempts: 3, initialDelay: 0.25, sleep: { sleeps.add($0) }),
+            baseURL: base, credentials: credentials, bundleId: "b",
+            retry: .init(
+                maximumAttempts: 3, initialDelay: 0.25,
+                sleep: { seconds in
+                    sleeps.add(seconds)
+                    return true
+                }),
             clock: LedgerTime.now)
         #expect {
             try client.transactionHistory(transactionId: "1", revision: nil)

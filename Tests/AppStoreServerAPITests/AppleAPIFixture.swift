@@ -18,7 +18,7 @@ final class AppleAPIFixture: @unchecked Sendable {
     /// Now, rounded down to the second; test data is placed around it.
     let now = LedgerTime.now() / 1000 * 1000
     let day: Int64 = 86_400_000
-    let sleeps = Sleeps()
+    let sleeps = Collected<Double>()  // waits recorded instead of slept
     var store: URL { directory.path("store") }
 
     init() throws {
@@ -42,7 +42,12 @@ final class AppleAPIFixture: @unchecked Sendable {
         let sleeps = self.sleeps
         return try AppStoreServerAPIClient(
             baseURL: server.baseURL, credentials: credentials, bundleId: Fixtures.bundleId,
-            retry: .init(maximumAttempts: maximumAttempts, initialDelay: 0.5, sleep: { sleeps.add($0) }), clock: LedgerTime.now)
+            retry: .init(
+                maximumAttempts: maximumAttempts, initialDelay: 0.5,
+                sleep: { seconds in
+                    sleeps.add(seconds)
+                    return true
+                }), clock: LedgerTime.now)
     }
 
     /// `payload` signed like App Store data: ES256 with the test leaf key and the test chain in `x5c`.
@@ -94,16 +99,4 @@ final class AppleAPIFixture: @unchecked Sendable {
         try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: path)
         return path
     }
-}
-
-/// Waits recorded instead of slept.
-final class Sleeps: @unchecked Sendable {
-    private let lock = NSLock()
-    private var all: [Double] = []
-    /// Records the wait; true (retry).
-    func add(_ seconds: Double) -> Bool {
-        lock.withLock { all.append(seconds) }
-        return true
-    }
-    var list: [Double] { lock.withLock { all } }
 }

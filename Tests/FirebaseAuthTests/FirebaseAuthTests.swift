@@ -181,7 +181,7 @@ import Testing
         let server = try HTTPServer(configuration: .init(), respond: endpoint.respond)
         defer { server.shutdown() }
         let clock = Clock()
-        let refreshes = Refreshes()
+        let refreshes = Collected<FirebaseKeySource.Refresh>()
         let url = try #require(URL(string: "http://127.0.0.1:\(server.port)/certificates"))
         let source = FirebaseKeySource(.url(url), clock: { clock.now }, onRefresh: refreshes.add)
         let verifier = FirebaseTokenVerifier(projectId: Self.projectId, keys: source, clock: { clock.now })
@@ -210,13 +210,6 @@ import Testing
         #expect(refreshes.list.map(\.succeeded) == [true, true, true, false], "a failed fetch is reported")
         // The failed fetch kept the previous set.
         #expect(try verifier.verify(Self.token(keyId: "test-key-2", signer: 2)).get().uid == "alice-uid")
-    }
-
-    final class Refreshes: @unchecked Sendable {
-        private let lock = NSLock()
-        private var all: [FirebaseKeySource.Refresh] = []
-        func add(_ refresh: FirebaseKeySource.Refresh) { lock.withLock { all.append(refresh) } }
-        var list: [FirebaseKeySource.Refresh] { lock.withLock { all } }
     }
 
     @Test func anUnreachableEndpointLeavesNoKeysAndSaysSo() throws {

@@ -6,14 +6,6 @@ import Testing
 /// The HTTP layer on a real socket: requests and answers, answers given later from other threads,
 /// limits, timeouts, shutdown and TLS.
 @Suite struct HTTPServerTests {
-    /// Collects the server's completions.
-    final class Completions: @unchecked Sendable {
-        private let lock = NSLock()
-        private var all: [HTTPServer.Completion] = []
-        func add(_ completion: HTTPServer.Completion) { lock.withLock { all.append(completion) } }
-        var list: [HTTPServer.Completion] { lock.withLock { all } }
-    }
-
     static func echo(_ request: HTTPRequest) -> HTTPResponse {
         let object: [String: Any] = [
             "method": request.method, "path": request.path, "query": request.query, "bodyBytes": request.body.count,
@@ -24,7 +16,7 @@ import Testing
     }
 
     @Test func answersRequestsWithMethodPathQueryHeadersAndBody() throws {
-        let completions = Completions()
+        let completions = Collected<HTTPServer.Completion>()
         let server = try HTTPServer(configuration: .init(), observer: completions.add, respond: Self.echo)
         defer { server.shutdown() }
         #expect(server.port != 0)
@@ -78,13 +70,6 @@ import Testing
         }
     }
 
-    final class Statuses: @unchecked Sendable {
-        private let lock = NSLock()
-        private var all: [Int] = []
-        func add(_ status: Int) { lock.withLock { all.append(status) } }
-        var list: [Int] { lock.withLock { all } }
-    }
-
     @Test func aBodyOverTheLimitIsRefused413WhetherAnnouncedOrChunked() throws {
         let server = try HTTPServer(configuration: .init(maximumBodyBytes: 1_000), respond: Self.echo)
         defer { server.shutdown() }
@@ -130,7 +115,7 @@ import Testing
     }
 
     @Test func stalledAndTricklingBodiesAreDisconnectedWithoutHoldingTheServer() throws {
-        let completions = Completions()
+        let completions = Collected<HTTPServer.Completion>()
         let server = try HTTPServer(
             configuration: .init(threads: 1, idleTimeoutSeconds: 1, bodyTimeoutSeconds: 1), observer: completions.add, respond: Self.echo)
         defer { server.shutdown() }
@@ -159,16 +144,16 @@ import Testing
     @Test func shutdownAnswersRequestsInFlightThenRefusesConnections() throws {
         // The handler holds every answer until the test releases them: once all 8 requests have
         // reached it and the server has stopped accepting connections (shutdown has begun).
-        let held = Held()
-        let server = try HTTPServer(configuration: .init()) { request, responder in held.add(request, responder) }
+        let held = Collected<(HTTPRequest, HTTPResponder)>()  // answered only when the test says
+        let server = try HTTPServer(configuration: .init()) { request, responder in held.add((request, responder)) }
         let client = try HTTPClient(port: server.port, connections: 8)
-        let statuses = Statuses()
+        let statuses = Collected<Int>()
         let answered = DispatchSemaphore(value: 0)
         Thread {
             for status in concurrently(8, { index in (try? client.post("/x", "\(index)"))?.status ?? -1 }) { statuses.add(status) }
             answered.signal()
         }.start()
-        try #require(waitUntil { held.count == 8 }, "the 8 requests never reached the handler")
+        try #require(waitUntil { held.list.count == 8 }, "the 8 requests never reached the handler")
         let shutdown = DispatchSemaphore(value: 0)
         Thread {
             server.shutdown(grace: 60)
@@ -176,7 +161,7 @@ import Testing
         }.start()
         try #require(waitUntil { (try? RawConnection(port: server.port)) == nil }, "the server still accepts connections")
         #expect(server.requestsInFlight == 8)
-        held.answerAll()
+        for (request, responder) in held.list { responder.respond(Self.echo(request)) }
         answered.wait()
         shutdown.wait()
         #expect(statuses.list == Array(repeating: 200, count: 8))
@@ -200,17 +185,6 @@ import Testing
         #expect(throws: (any Error).self) { try RawConnection(port: server.port) }
     }
 
-    /// Keeps every responder until ``answerAll()``.
-    final class Held: @unchecked Sendable {
-        private let lock = NSLock()
-        private var held: [(HTTPRequest, HTTPResponder)] = []
-        func add(_ request: HTTPRequest, _ responder: HTTPResponder) { lock.withLock { held.append((request, responder)) } }
-        var count: Int { lock.withLock { held.count } }
-        func answerAll() {
-            for (request, responder) in lock.withLock({ held }) { responder.respond(HTTPServerTests.echo(request)) }
-        }
-    }
-
     /// Polls `condition` every millisecond for up to 60 seconds (a generous deadline for a loaded
     /// machine); whether it became true.
     func waitUntil(_ condition: () -> Bool) -> Bool {
@@ -223,16 +197,16 @@ import Testing
     }
 
     @Test func shutdownAnswers503WhatIsStillUnansweredAfterTheGracePeriod() throws {
-        let held = Held()
-        let server = try HTTPServer(configuration: .init()) { request, responder in held.add(request, responder) }  // never answers
+        let held = Collected<(HTTPRequest, HTTPResponder)>()  // answered only when the test says
+        let server = try HTTPServer(configuration: .init()) { request, responder in held.add((request, responder)) }  // never answers
         let client = try HTTPClient(port: server.port)
-        let statuses = Statuses()
+        let statuses = Collected<Int>()
         let done = DispatchSemaphore(value: 0)
         DispatchQueue.global().async {
             statuses.add((try? client.get("/never"))?.status ?? -1)
             done.signal()
         }
-        try #require(waitUntil { held.count == 1 }, "the request never reached the handler")
+        try #require(waitUntil { held.list.count == 1 }, "the request never reached the handler")
         server.shutdown(grace: 0.1)
         done.wait()
         #expect(statuses.list == [503])

@@ -314,6 +314,19 @@ public enum FormatOneFixture {
     public static func file(_ name: String) throws -> Data { try Data(contentsOf: directory.appendingPathComponent(name)) }
 }
 
+/// Values added from many threads (a server's completions, answers' statuses, log lines, retries),
+/// read back as a list in the order they were added.
+public final class Collected<Element>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var all: [Element] = []
+
+    public init() {}
+
+    public func add(_ element: Element) { lock.withLock { all.append(element) } }
+
+    public var list: [Element] { lock.withLock { all } }
+}
+
 /// A clock tests set by hand: the ledger's `recordedAt` for what they submit next.
 public final class ManualClock: @unchecked Sendable {
     private var time: Int64
