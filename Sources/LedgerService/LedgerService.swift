@@ -82,7 +82,7 @@ public final class LedgerService: Sendable {
         let routes = Routes(
             ledger: ledger, committer: committer, metrics: metrics,
             tokens: FirebaseTokenVerifier(projectId: configuration.firebaseProjectId, keys: keys, clockSkew: configuration.clockSkew),
-            serviceTokens: configuration.serviceTokens)
+            serviceTokens: configuration.serviceTokens, log: log)
         var http = configuration.http
         // Only a caller with a service token may send a batch-sized body: nobody else can make the
         // server hold more than 256 KiB per connection.

@@ -38,6 +38,7 @@ final class Routes: Sendable {
     private let metrics: Metrics
     private let tokens: FirebaseTokenVerifier
     private let serviceTokens: ServiceTokens?
+    private let log: @Sendable (String) -> Void
     private let protocolHandler: SubmitProtocol
     private let state = State()
     /// Verifies batches off the server threads, a core's worth at a time (first come, first
@@ -60,12 +61,16 @@ final class Routes: Sendable {
         func commit(failed: String?) { lock.withLock { storeFailure = failed } }
     }
 
-    init(ledger: Ledger, committer: GroupCommitter, metrics: Metrics, tokens: FirebaseTokenVerifier, serviceTokens: ServiceTokens?) {
+    init(
+        ledger: Ledger, committer: GroupCommitter, metrics: Metrics, tokens: FirebaseTokenVerifier, serviceTokens: ServiceTokens?,
+        log: @escaping @Sendable (String) -> Void
+    ) {
         self.ledger = ledger
         self.committer = committer
         self.metrics = metrics
         self.tokens = tokens
         self.serviceTokens = serviceTokens
+        self.log = log
         // Signed data only: decoded facts are never accepted over the network.
         protocolHandler = SubmitProtocol(ledger: ledger, trustDecoded: false)
     }
@@ -149,12 +154,14 @@ final class Routes: Sendable {
         return nil
     }
 
-    /// A `POST /v1/submit` carrying one of the service tokens (read before its body).
+    /// A `POST /v1/submit` carrying one of the service tokens (read before its body). A token that
+    /// cannot be checked (libcrypto failing) is not one: the body is held to the single limit, and
+    /// the route answers 500 if the body fits.
     func isServiceCall(_ request: HTTPRequest) -> Bool {
         guard request.method == "POST", request.path == Route.submit.path, let serviceTokens,
             let token = RequestBodies.bearerToken(request.header("Authorization"))
         else { return false }
-        return serviceTokens.accepts(token)
+        return (try? serviceTokens.accepts(token)) == true
     }
 
     private func authorizeService(_ request: HTTPRequest, _ responder: HTTPResponder) -> Bool {
@@ -165,11 +172,27 @@ final class Routes: Sendable {
                     counted: false))
             return false
         }
-        guard let token = RequestBodies.bearerToken(request.header("Authorization")), serviceTokens.accepts(token) else {
+        guard let token = RequestBodies.bearerToken(request.header("Authorization")) else {
             responder.respond(refuse("invalid-service-token", "send one of the service tokens as Authorization: Bearer <token>"))
             return false
         }
-        return true
+        do {
+            guard try serviceTokens.accepts(token) else {
+                responder.respond(refuse("invalid-service-token", "send one of the service tokens as Authorization: Bearer <token>"))
+                return false
+            }
+            return true
+        } catch {
+            // The server failed, not the caller: 500, logged (never the token), nothing decided.
+            log(
+                JSONLine.render([
+                    "at": LedgerTime.format(LedgerTime.now()), "event": "internal-error", "route": Route.submit.rawValue,
+                    "error": "the service token could not be checked: \(error)",
+                ]))
+            responder.respond(
+                .error(500, code: "internal", message: "the service token could not be checked (a server fault, logged); nothing was decided"))
+            return false
+        }
     }
 
     /// 401 with `code`, counted as a token failure.

@@ -10,6 +10,8 @@ public struct ServiceTokens: Sendable {
     public static let maximumFileBytes = 1 << 20
     /// SHA-256 of each token: comparing digests makes every comparison the same length.
     private let digests: [[UInt8]]
+    /// How tokens and candidates are hashed: libcrypto's SHA-256 (a test gives one that fails).
+    private let hash: @Sendable ([UInt8]) throws -> [UInt8]
 
     /// The tokens in the file at `path`.
     /// - Throws: ``ServiceTokenError`` naming what is wrong (unreadable, readable by others, a bad line).
@@ -36,6 +38,11 @@ public struct ServiceTokens: Sendable {
 
     /// The tokens in `contents` (the file's bytes).
     public init(parsing contents: [UInt8]) throws(ServiceTokenError) {
+        try self.init(parsing: contents) { bytes in try Digest.sha256(bytes) }
+    }
+
+    /// The tokens in `contents`, hashed with `hash` (libcrypto's SHA-256 but in tests).
+    init(parsing contents: [UInt8], hash: @escaping @Sendable ([UInt8]) throws -> [UInt8]) throws(ServiceTokenError) {
         var digests: [[UInt8]] = []
         for (index, rawLine) in contents.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
             var line = rawLine[...]
@@ -53,19 +60,21 @@ public struct ServiceTokens: Sendable {
                 )
             }
             do {
-                digests.append(try Digest.sha256(Array(line)))
+                digests.append(try hash(Array(line)))
             } catch {
                 throw ServiceTokenError("the service tokens could not be hashed: \(error)")
             }
         }
         guard !digests.isEmpty else { throw ServiceTokenError("the service token file holds no token") }
         self.digests = digests
+        self.hash = hash
     }
 
     /// Whether `candidate` is one of the tokens. Every token is compared, each in constant time.
-    /// A candidate that cannot be hashed (libcrypto failing) is refused.
-    public func accepts(_ candidate: String) -> Bool {
-        guard let digest = try? Digest.sha256(Array(candidate.utf8)) else { return false }
+    /// - Throws: the libcrypto failure (``CryptoError``) when the candidate cannot be hashed: no
+    ///   verdict on the token, a fault of the server (`ledger serve` answers 500, not 401).
+    public func accepts(_ candidate: String) throws -> Bool {
+        let digest = try hash(Array(candidate.utf8))
         var matched: UInt8 = 0
         for token in digests {
             var difference: UInt8 = 0
