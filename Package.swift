@@ -48,7 +48,8 @@ let package = Package(
             name: "LedgerServiceTests",
             dependencies: ["LedgerService", "FirebaseAuth", "OwnershipLedger", "AppleSignedData", "LedgerCrypto", "LedgerTestSupport"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "LedgerTestSupport"], exclude: ["TLS"]),
-        .testTarget(name: "OwnershipLedgerTests", dependencies: ["OwnershipLedger", "LedgerTestSupport"]),
+        // `ledger` itself for HelpTests, which read the command dispatcher's table.
+        .testTarget(name: "OwnershipLedgerTests", dependencies: ["OwnershipLedger", "LedgerTestSupport", "ledger"]),
         .testTarget(name: "PostgresStoreTests", dependencies: ["OwnershipLedger", "LedgerStore", "LedgerCore", "LedgerTestSupport"]),
         .testTarget(
             name: "AppStoreServerAPITests",
