@@ -43,7 +43,9 @@ public final class GroupCommitter: @unchecked Sendable {
     private let ledger: Ledger
     private let onCommit: (@Sendable (Commit) -> Void)?
     private let condition = NSCondition()
-    private var pending: [(groups: Groups, size: Int, completion: Completion)] = []
+    private var pending: [Request] = []
+    /// A request's groups, each prepared by its producer (or the error that kept it from being prepared).
+    private typealias Request = (groups: [Result<Ledger.PreparedGroup, any Error>], size: Int, completion: Completion)
     private var depth = 0
     private var committing = 0
     private var closed = false
@@ -74,12 +76,14 @@ public final class GroupCommitter: @unchecked Sendable {
     ///   takes any request) and the caller does not wait, ``Refusal/closed`` after ``close()``.
     public func enqueue(_ groups: Groups, waitingForRoom: Bool = false, completion: @escaping Completion) throws(Refusal) {
         let size = groups.reduce(0) { $0 + $1.submissions.count }
+        // Validating and keying need no store: done here, on the producer's thread, not the writer's.
+        let prepared = groups.map { group in Result { try ledger.prepare(group) } }
         condition.lock()
         defer { condition.unlock() }
         while waitingForRoom && !closed && !hasRoom(for: size) { condition.wait() }
         guard !closed else { throw .closed }
         guard hasRoom(for: size) else { throw .full }
-        pending.append((groups, size, completion))
+        pending.append((prepared, size, completion))
         depth += size
         condition.broadcast()
     }
@@ -115,7 +119,7 @@ public final class GroupCommitter: @unchecked Sendable {
 
     /// Waits for work and takes the requests pending, up to ``maximumGroup`` submissions; nil once
     /// closed and drained.
-    private func nextRequests() -> [(groups: Groups, size: Int, completion: Completion)]? {
+    private func nextRequests() -> [Request]? {
         condition.lock()
         defer { condition.unlock() }
         while pending.isEmpty && !closed { condition.wait() }
@@ -140,12 +144,23 @@ extension Ledger {
     /// decides each group alone, so one group's failure stays its own. Each result is a group's
     /// decisions or the error that kept it from being decided (nothing of it was written).
     public func submit(isolating groups: [(submissions: [Submission], at: Timestamp)]) -> [Result<[Decision], any Error>] {
-        guard !groups.isEmpty else { return [] }
-        do {
-            return try submit(groups: groups).map { .success($0) }
-        } catch {
-            guard groups.count > 1 else { return [.failure(error)] }
-            return groups.map { group in Result { try submit(group.submissions, at: group.at) } }
+        submit(isolating: groups.map { group in Result { try prepare(group) } })
+    }
+
+    /// ``submit(isolating:)`` of groups already prepared; a group that could not be prepared keeps its error.
+    func submit(isolating groups: [Result<PreparedGroup, any Error>]) -> [Result<[Decision], any Error>] {
+        let ready = groups.compactMap { try? $0.get() }
+        var decided: [Result<[Decision], any Error>] = []
+        if !ready.isEmpty {
+            do {
+                decided = try submit(prepared: ready).map { .success($0) }
+            } catch {
+                decided = ready.count > 1 ? ready.map { group in Result { try submit(prepared: [group])[0] } } : [.failure(error)]
+            }
+        }
+        var next = decided.makeIterator()
+        return groups.map { group in
+            group.flatMap { _ in next.next() ?? .failure(SubmissionError("the group was not decided", code: "internal")) }
         }
     }
 }

@@ -97,10 +97,29 @@ public final class Ledger: @unchecked Sendable {
     /// submission is then decided in memory, in order, on that state plus the group's own changes;
     /// everything is written as one batch.
     public func submit(groups: [(submissions: [Submission], at: Timestamp)]) throws -> [[Decision]] {
-        let prepared = try groups.map { group in try group.submissions.map { try prepare($0, at: group.at) } }
-        return try store.write { reader, writer in
+        try submit(prepared: groups.map(prepare))
+    }
+
+    /// A group of submissions validated and keyed: all that deciding them needs and the store does
+    /// not hold (validation, the HMAC keys of commands, lineages, transactions and UIDs). A
+    /// ``GroupCommitter``'s producers prepare their groups on their own threads, so that its writer
+    /// only decides and commits.
+    struct PreparedGroup: Sendable {
+        var submissions: [Prepared]
+        var at: Timestamp
+    }
+
+    /// Validates and keys `group` (see ``PreparedGroup``).
+    func prepare(_ group: (submissions: [Submission], at: Timestamp)) throws -> PreparedGroup {
+        PreparedGroup(submissions: try group.submissions.map { try prepare($0, at: group.at) }, at: group.at)
+    }
+
+    /// Group commit of prepared groups (``submit(groups:)``).
+    func submit(prepared groups: [PreparedGroup]) throws -> [[Decision]] {
+        try store.write { reader, writer in
             var group = try WriteGroup(store: store, reader: reader, clock: clock)
-            let all = prepared.joined()
+            let all = groups.flatMap(\.submissions)
+            for case let (uid?, vaultKey?) in all.map({ ($0.uid, $0.vaultKey) }) { group.remember(vaultKey: vaultKey, of: uid) }
             try group.prefetch(commands: all.map(\.commandRef), uids: all.compactMap(\.uid))
             // A deletion decides on every lineage of its account: load them for all the group's deletions at once.
             var deleting: [AccountID] = []
@@ -108,7 +127,7 @@ public final class Ledger: @unchecked Sendable {
                 if let account = try group.pseudonym(ofUID: uid) { deleting.append(account) }
             }
             try group.load(lineages: all.compactMap(\.lineage), accounts: deleting)
-            let decisions = try prepared.map { submissions in try submissions.map { try decide($0, in: &group) } }
+            let decisions = try groups.map { prepared in try prepared.submissions.map { try decide($0, in: &group) } }
             try writer.apply(group.batch())
             return decisions
         }
@@ -120,15 +139,19 @@ public final class Ledger: @unchecked Sendable {
     }
 
     /// A validated submission with the keys deciding it needs.
-    struct Prepared {
+    struct Prepared: Sendable {
         var submission: Submission
         var at: Timestamp
         /// The command's idempotency key.
         var command: Key128
-        /// The authenticated UID, if any.
+        /// The authenticated UID, if any, and its identity-vault key.
         var uid: String?
+        var vaultKey: Key128?
         /// The lineage its fact names: the command's home lineage (``Record/homeLineage``).
         var lineage: LineageKey?
+        /// What it states, keyed: a transaction's facts, or a notification's.
+        var facts: TransactionFacts?
+        var notification: NotificationReceived?
 
         var commandRef: CommandRef { CommandRef(command, home: lineage) }
     }
@@ -138,18 +161,21 @@ public final class Ledger: @unchecked Sendable {
     private func prepare(_ submission: Submission, at: Timestamp) throws -> Prepared {
         try Self.validate(submission, at: at)
         switch submission {
-        case .transaction(let kind, let uid, let payload, _):
+        case .transaction(let kind, let uid, let payload, let provenance):
             let descriptor = Self.descriptor(
                 "transaction", kind.name, uid ?? "", payload.environment.rawValue, payload.transactionId, String(payload.signedDate))
             return Prepared(
-                submission: submission, at: at, command: try store.keys.command(descriptor), uid: uid, lineage: try lineage(of: payload))
-        case .notification(let payload, _):
+                submission: submission, at: at, command: try store.keys.command(descriptor), uid: uid,
+                vaultKey: try uid.map(store.keys.vaultKey(uid:)), lineage: try lineage(of: payload),
+                facts: try facts(payload, provenance: provenance))
+        case .notification(let payload, let provenance):
             return Prepared(
                 submission: submission, at: at, command: try store.keys.command(Self.descriptor("notification", payload.notificationUUID)),
-                uid: nil, lineage: try payload.transaction.map(lineage(of:)))
+                lineage: try payload.transaction.map(lineage(of:)), notification: try notificationFact(payload, provenance: provenance))
         case .deleteAccount(let uid):
             return Prepared(
-                submission: submission, at: at, command: try store.keys.command(Self.descriptor("delete", uid)), uid: uid, lineage: nil)
+                submission: submission, at: at, command: try store.keys.command(Self.descriptor("delete", uid)), uid: uid,
+                vaultKey: try store.keys.vaultKey(uid: uid))
         }
     }
 
@@ -176,9 +202,10 @@ public final class Ledger: @unchecked Sendable {
             }
             command = .submitTransaction(
                 TransactionSubmitted(
-                    kind: kind, account: account, lineage: try lineage(of: payload), transaction: try facts(payload, provenance: provenance)))
+                    kind: kind, account: account, lineage: try prepared.lineage ?? lineage(of: payload),
+                    transaction: try prepared.facts ?? facts(payload, provenance: provenance)))
         case .notification(let payload, let provenance):
-            let fact = try notificationFact(payload, provenance: provenance)
+            let fact = try prepared.notification ?? notificationFact(payload, provenance: provenance)
             if let prior, prior.events.first != .notificationReceived(fact) {
                 throw SubmissionError(
                     "notificationUUID \(payload.notificationUUID) was delivered before with different content", code: "conflict")

@@ -23,6 +23,8 @@ struct WriteGroup {
     private var commands: [Key128: Record?] = [:]
     /// Pseudonyms looked up, issued or erased in the group (nil: none).
     private var pseudonyms: [Key128: AccountID?] = [:]
+    /// The vault keys of the UIDs the group names (HMACs, computed once).
+    private var vaultKeys: [String: Key128] = [:]
     private var vaultInserts: [(vaultKey: Key128, account: AccountID, sealedUID: [UInt8])] = []
     private var vaultErasures: [(vaultKey: Key128, account: AccountID)] = []
     /// Read models the group changed (lineages: their persisted state as loaded, nil when none).
@@ -105,16 +107,26 @@ struct WriteGroup {
                 commands[command.key] = try found[command.key].map { try RecordCodec.decode($0.bytes, sequence: $0.sequence) } as Record?
             }
         }
-        let vaultKeys = try uids.map { try store.keys.vaultKey(uid: $0) }.filter { pseudonyms[$0] == nil }
-        if !vaultKeys.isEmpty {
-            let found = try reader.pseudonyms(vaultKeys: vaultKeys)
-            for key in vaultKeys { pseudonyms[key] = found[key] as AccountID? }
+        let missingKeys = try uids.map { try vaultKey(of: $0) }.filter { pseudonyms[$0] == nil }
+        if !missingKeys.isEmpty {
+            let found = try reader.pseudonyms(vaultKeys: missingKeys)
+            for key in missingKeys { pseudonyms[key] = found[key] as AccountID? }
         }
+    }
+
+    /// Takes `vaultKey` as the vault key of `uid`, computed beforehand (``Ledger/PreparedGroup``).
+    mutating func remember(vaultKey: Key128, of uid: String) { vaultKeys[uid] = vaultKey }
+
+    private mutating func vaultKey(of uid: String) throws -> Key128 {
+        if let known = vaultKeys[uid] { return known }
+        let key = try store.keys.vaultKey(uid: uid)
+        vaultKeys[uid] = key
+        return key
     }
 
     /// The pseudonym of the live account `uid`, if any.
     mutating func pseudonym(ofUID uid: String) throws -> AccountID? {
-        let vaultKey = try store.keys.vaultKey(uid: uid)
+        let vaultKey = try self.vaultKey(of: uid)
         if pseudonyms[vaultKey] == nil { try prefetch(uids: [uid]) }
         return pseudonyms[vaultKey] ?? nil
     }
@@ -131,7 +143,7 @@ struct WriteGroup {
     /// Erases `uid`'s mapping in the group (the account's deletion).
     mutating func eraseIdentity(uid: String) throws {
         guard let account = try pseudonym(ofUID: uid) else { return }
-        let vaultKey = try store.keys.vaultKey(uid: uid)
+        let vaultKey = try self.vaultKey(of: uid)
         vaultInserts.removeAll { $0.vaultKey == vaultKey }
         vaultErasures.append((vaultKey, account))
         pseudonyms[vaultKey] = .some(nil)
