@@ -130,7 +130,7 @@ extension LedgerStore {
             guard chmod(copy.path, 0o600) == 0 else {
                 throw FileAccess.failure("set the mode of", copy.path, errno)
             }
-            try syncFile(copy)
+            try FileAccess.sync(copy)
             // The environment of this process is closed again: check once more for another one.
             guard try !StoreLock.otherProcessHasEnvironmentOpen(in: directory) else {
                 throw LedgerStoreError.storeInUse(directory: directory.path)
@@ -138,7 +138,7 @@ extension LedgerStore {
             guard rename(copy.path, dataFile.path) == 0 else {
                 throw FileAccess.failure("rename \(copy.path) over", dataFile.path, errno)
             }
-            try syncFile(directory)
+            try FileAccess.sync(directory)
         } catch {
             try? removeLeftoverCopy(temporary)
             throw error
@@ -166,11 +166,4 @@ extension LedgerStore {
         }
     }
 
-    /// `fsync` of a file or a directory (for a directory: its entries, after a rename).
-    static func syncFile(_ url: URL) throws {
-        let fd = open(url.path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw FileAccess.failure("open", url.path, errno) }
-        defer { close(fd) }
-        guard fsync(fd) == 0 else { throw FileAccess.failure("sync", url.path, errno) }
-    }
 }

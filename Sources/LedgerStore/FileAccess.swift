@@ -1,4 +1,5 @@
 public import Foundation
+import LedgerCrypto
 
 /// File-system calls that keep `errno`, so a file this user may not read is reported as exactly that
 /// (``LedgerStoreError/fileAccess(path:operation:errno:)``, naming the path), never as a missing,
@@ -28,6 +29,26 @@ public enum FileAccess {
         }
     }
 
+    /// The names in the directory `path` (without `.` and `..`), sorted; a missing directory is `ENOENT`.
+    public static func entries(of path: String) throws -> [String] {
+        guard let directory = opendir(path) else { throw failure("list", path, errno) }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    /// `fsync` of a file or a directory (for a directory: its entries, after a rename).
+    public static func sync(_ url: URL) throws {
+        let fd = open(url.path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw failure("open", url.path, errno) }
+        defer { close(fd) }
+        guard fsync(fd) == 0 else { throw failure("sync", url.path, errno) }
+    }
+
     /// The size of `path` in bytes.
     public static func size(_ path: String) throws -> Int {
         var info = stat()
@@ -45,17 +66,11 @@ public enum FileAccess {
         guard fstat(fd, &info) == 0 else { throw failure("read", path, errno) }
         guard info.st_mode & S_IFMT != S_IFDIR else { throw failure("read", path, EISDIR) }
         var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 1 << 16)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { Foundation.read(fd, $0.baseAddress, $0.count) }
-            if count == 0 { return bytes }
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw failure("read", path, errno)
-            }
-            guard bytes.count + count <= limit else { throw failure("read (more than \(limit) bytes)", path, EFBIG) }
-            bytes.append(contentsOf: chunk[0..<count])
+        try forEachChunk(of: fd, path: path) { chunk in
+            guard bytes.count + chunk.count <= limit else { throw failure("read (more than \(limit) bytes)", path, EFBIG) }
+            bytes.append(contentsOf: chunk)
         }
+        return bytes
     }
 
     /// The bytes of the key file `url`. A missing file is ``LedgerStoreError/missingKey(path:)``, one others
@@ -76,21 +91,83 @@ public enum FileAccess {
     /// Creates the key file `url` with mode 0600 holding `contents`, synced to disk. An existing file is
     /// ``LedgerStoreError/alreadyInitialized(directory:)``.
     static func createKeyFile(_ url: URL, contents: [UInt8]) throws {
-        let fd = open(url.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else {
-            let code = errno
-            if code == EEXIST { throw LedgerStoreError.alreadyInitialized(directory: url.deletingLastPathComponent().path) }
-            throw failure("create", url.path, code)
+        do {
+            try createFile(url, contents: contents)
+        } catch LedgerStoreError.fileAccess(_, _, EEXIST) {
+            throw LedgerStoreError.alreadyInitialized(directory: url.deletingLastPathComponent().path)
         }
+    }
+
+    /// Creates the file `url` (refused when it exists: `EEXIST`) with mode 0600 holding `contents`, synced to disk.
+    public static func createFile(_ url: URL, contents: [UInt8]) throws {
+        try withNewFile(url) { fd in try write(contents, to: fd, path: url.path) }
+    }
+
+    /// Copies the regular file `source` into the new file `destination` (mode 0600, refused when it
+    /// exists), 1 MiB at a time, synced to disk.
+    public static func copyFile(_ source: URL, to destination: URL) throws {
+        let input = open(source.path, O_RDONLY | O_CLOEXEC)
+        guard input >= 0 else { throw failure("read", source.path, errno) }
+        defer { close(input) }
+        try withNewFile(destination) { fd in
+            try forEachChunk(of: input, path: source.path) { try write($0, to: fd, path: destination.path) }
+        }
+    }
+
+    /// The size in bytes and SHA-256 of the file `path`, read 1 MiB at a time.
+    public static func sha256(ofFile path: String) throws -> (bytes: Int, digest: [UInt8]) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw failure("read", path, errno) }
         defer { close(fd) }
+        let hasher = try SHA256Hasher()
+        try hasher.begin()
+        var bytes = 0
+        try forEachChunk(of: fd, path: path) { chunk in
+            try chunk.withUnsafeBytes { try hasher.update($0) }
+            bytes += chunk.count
+        }
+        return (bytes, try hasher.finish())
+    }
+
+    /// Creates `url` (mode 0600, `O_EXCL`), runs `body` with its descriptor and syncs it; a failure
+    /// removes the file again.
+    static func withNewFile(_ url: URL, _ body: (Int32) throws -> Void) throws {
+        let fd = open(url.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw failure("create", url.path, errno) }
+        defer { close(fd) }
+        do {
+            try body(fd)
+            guard fsync(fd) == 0 else { throw failure("sync", url.path, errno) }
+        } catch {
+            unlink(url.path)
+            throw error
+        }
+    }
+
+    /// Calls `body` with each chunk (at most 1 MiB) read from `fd` until its end.
+    private static func forEachChunk(of fd: Int32, path: String, _ body: (ArraySlice<UInt8>) throws -> Void) throws {
+        var chunk = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { Foundation.read(fd, $0.baseAddress, $0.count) }
+            if count == 0 { return }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw failure("read", path, errno)
+            }
+            try body(chunk[0..<count])
+        }
+    }
+
+    /// Writes all of `bytes` to `fd`.
+    private static func write(_ bytes: some Collection<UInt8>, to fd: Int32, path: String) throws {
+        let contents = Array(bytes)
         var written = 0
         while written < contents.count {
             let count = contents.withUnsafeBytes { Foundation.write(fd, $0.baseAddress.map { $0 + written }, $0.count - written) }
             if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { throw failure("write", url.path, count < 0 ? errno : EIO) }
+            guard count > 0 else { throw failure("write", path, count < 0 ? errno : EIO) }
             written += count
         }
-        guard fsync(fd) == 0 else { throw failure("sync", url.path, errno) }
     }
 
     /// What to report when LMDB could not open the environment in `directory` for lack of permission

@@ -158,6 +158,14 @@ final class LMDBEnvironment: @unchecked Sendable {
         return try body(txn)
     }
 
+    /// Writes a compacted copy of the environment (`mdb_env_copyfd2` with `MDB_CP_COMPACT`: live pages
+    /// only, renumbered) to the open file `fd`, from one read transaction of its own, as a read would.
+    func copyCompacted(to fd: Int32, path: String) throws {
+        resizeLock.lockShared()
+        defer { resizeLock.unlock() }
+        try lmdb(mdb_env_copyfd2(handle, fd, UInt32(MDB_CP_COMPACT)), "mdb_env_copyfd2(\(path))")
+    }
+
     /// Runs `body` in a write transaction and commits it; aborts on any error. When the map is
     /// full the transaction is aborted, the map doubled and `body` run again, so `body` must not
     /// have effects outside the transaction.

@@ -26,7 +26,7 @@ public final class LedgerStore: @unchecked Sendable {
     /// Key material for ``create(at:configuration:keyFiles:)``: the contents of
     /// `ledger.key` and `ledger-signing.key` to keep (an upgrade keeps the old store's keys); without
     /// a signing key a new one is made.
-    public struct KeyFiles: Sendable {
+    public struct KeyFiles: Sendable, Equatable {
         public var ledgerKey: Data
         public var signingKey: Data?
         public init(ledgerKey: Data, signingKey: Data?) {
@@ -74,7 +74,7 @@ public final class LedgerStore: @unchecked Sendable {
             try writer.apply(batch)
         }
         try newKeys.commit()
-        try syncFile(directory)
+        try FileAccess.sync(directory)
         try lock.downgrade(directory: directory)
         return store
     }
@@ -166,8 +166,16 @@ public final class LedgerStore: @unchecked Sendable {
         try self.init(opening: directory, keyDirectory: keyDirectory, lock: nil)
     }
 
-    /// Opens an existing store under `lock`, or under a new shared lock when nil.
-    convenience init(opening directory: URL, keyDirectory: URL? = nil, lock: StoreLock?) throws {
+    /// Opens a copy of a store's `data.mdb` in `directory` (``copyDataFile(to:)``, a backup) for reading
+    /// only, its key files in `keyDirectory`: checks the key and the format as opening a store does, but
+    /// creates and writes no file in `directory` (no `lock.mdb`, no `ledger.lock`, read models of
+    /// another projection version are not rebuilt), so nothing else may open the copy meanwhile.
+    public static func openCopy(at directory: URL, keyDirectory: URL) throws -> LedgerStore {
+        try LedgerStore(opening: directory, keyDirectory: keyDirectory, lock: nil, readOnlyCopy: true)
+    }
+
+    /// Opens an existing store under `lock`, or under a new shared lock when nil (none for a read-only copy).
+    convenience init(opening directory: URL, keyDirectory: URL? = nil, lock: StoreLock?, readOnlyCopy: Bool = false) throws {
         let keyDirectory = keyDirectory ?? directory
         if let detail = try Self.interruptedInit(in: directory, keyDirectory: keyDirectory) {
             throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
@@ -176,14 +184,15 @@ public final class LedgerStore: @unchecked Sendable {
         guard try FileAccess.exists(dataFile) else {
             throw LedgerStoreError.notInitialized(directory: directory.path)
         }
-        let lock = try lock ?? StoreLock(directory: directory, mode: .shared, busy: .storeBusy(directory: directory.path))
+        let lock = readOnlyCopy ? nil : try lock ?? StoreLock(directory: directory, mode: .shared, busy: .storeBusy(directory: directory.path))
         let keys = try LedgerKeys.load(from: keyDirectory.appendingPathComponent(LedgerKeys.fileName))
         if try FileAccess.size(dataFile) == 0 {
             throw LedgerStoreError.corrupt("\(dataFile) is empty: restore data.mdb from your backup")
         }
         let engine: LMDBEngine
         do {
-            engine = try LMDBEngine(directory: directory, mode: .open(required: LMDBEngine.metaDatabase))
+            let required = LMDBEngine.metaDatabase
+            engine = try LMDBEngine(directory: directory, mode: readOnlyCopy ? .snapshot(required: required) : .open(required: required))
         } catch let error as LMDBError where error.isNotFound {
             throw LedgerStoreError.corrupt(
                 "\(dataFile) holds no ledger metadata (another program's LMDB store, or a damaged file): left unchanged; restore data.mdb from your backup or choose another --store"
@@ -192,12 +201,12 @@ public final class LedgerStore: @unchecked Sendable {
             throw FileAccess.deniedEnvironment(in: directory, code: error.code)
         }
         self.init(directory: directory, keys: keys, lock: lock, engine: engine, location: .directory(directory, keys: keyDirectory))
-        try checkOpened()
+        try checkOpened(rebuildingReadModels: !readOnlyCopy)
     }
 
     /// Checks an opened store's metadata (format, key) and rebuilds read models persisted by another
-    /// projection version.
-    func checkOpened() throws {
+    /// projection version (unless `rebuildingReadModels` is false: `verify` then reports them).
+    func checkOpened(rebuildingReadModels: Bool = true) throws {
         let (format, modelVersion, keyCheck) = try engine.read { reader in
             (try reader.meta(.formatVersion).flatMap(u32), try reader.meta(.readModelVersion).flatMap(u32), try reader.meta(.keyCheck))
         }
@@ -211,7 +220,7 @@ public final class LedgerStore: @unchecked Sendable {
         guard keyCheck == keys.checkValue else {
             throw LedgerStoreError.wrongKey(path: keyDirectory.appendingPathComponent(LedgerKeys.fileName).path)
         }
-        if modelVersion != StateProjection.version {
+        if modelVersion != StateProjection.version, rebuildingReadModels {
             _ = try replay(repair: true)
         }
     }

@@ -57,7 +57,7 @@ struct NewKeyFiles {
                 throw FileAccess.failure("rename \(partial.path) to \(final.lastPathComponent) in", directory.path, errno)
             }
         }
-        try LedgerStore.syncFile(directory)
+        try FileAccess.sync(directory)
     }
 
     /// Removes the `.partial` files: the store they were for could not be created.

@@ -177,7 +177,7 @@ extension Ledger {
         let hasher = try LogHasher()
         // One snapshot: the checkpoint, the records and their proofs all describe the same log.
         let (text, entries, requesting) = try store.read { reader -> (String, [[String: Any]], AccountID?) in
-            let (text, checkpoint) = try self.checkpoint(of: reader, key: key)
+            let (text, checkpoint) = try Self.checkpoint(of: reader, key: key)
             let entries: [[String: Any]] = try Forensics.lineageRecords(lineage, in: reader).map { entry in
                 let sequence = entry.record.sequence
                 guard withholdPrivate && DisputeBundle.isPrivate(entry.record) else {

@@ -159,16 +159,18 @@ extension Ledger {
     /// - Complexity: O(read models); no record is read.
     public func makeCheckpoint() throws -> (text: String, checkpoint: Checkpoint) {
         let key = try signer()
-        return try store.read { try checkpoint(of: $0, key: key) }
+        return try store.read { try Self.checkpoint(of: $0, key: key) }
     }
 
-    /// A checkpoint of the log `reader` sees, signed with `key`.
-    func checkpoint(of reader: any EngineReader, key: any LedgerSigner) throws -> (text: String, checkpoint: Checkpoint) {
+    /// A checkpoint of the log `reader` sees, signed with `key`, with `extensions` after the projection state line.
+    static func checkpoint(
+        of reader: any EngineReader, key: any LedgerSigner, extensions: [String] = []
+    ) throws -> (text: String, checkpoint: Checkpoint) {
         let origin = try Forensics.origin(for: key.publicKey)
         let (head, stateHash) = (try reader.head(), try Forensics.persistedStateHash(reader))
         let checkpoint = try Checkpoint(
             origin: origin, size: head.sequence, rootHash: try MerkleLog.root(frontier: head.frontier, hasher: LogHasher()).bytes,
-            extensions: [Forensics.stateLine(version: StateProjection.version, hash: stateHash)])
+            extensions: [Forensics.stateLine(version: StateProjection.version, hash: stateHash)] + extensions)
         return (try checkpoint.signed(by: key, keyName: origin), checkpoint)
     }
 

@@ -333,7 +333,7 @@ extension Ledger {
         let hasher = try LogHasher()
         // One snapshot: the checkpoint, the records and their proofs all describe the same log.
         let (text, checkpoint, finder, entries) = try store.read { reader in
-            let (text, checkpoint) = try self.checkpoint(of: reader, key: key)
+            let (text, checkpoint) = try Self.checkpoint(of: reader, key: key)
             let first = try since.map { try reader.lastSequence(recordedAtOrBefore: $0 - 1) + 1 } ?? 1
             var finder = ReleaseEvidence.Finder(environment: environment)
             try reader.forEachRecord(from: first, through: checkpoint.size) { sequence, bytes in

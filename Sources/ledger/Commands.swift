@@ -8,7 +8,7 @@ import Foundation
     RebuildCommand.self, StatsCommand.self, InspectJWSCommand.self, BenchCommand.self, DemoCommand.self,
     ReplayCommand.self, ExplainCommand.self, CheckpointCommand.self, SigningKeyCommand.self, DisputeCommand.self,
     SupportCommand.self, AuditCommand.self, EvidenceCommand.self, CompactCommand.self, UpgradeCommand.self, ServeCommand.self, AppleCommand.self,
-    MigrateCommand.self,
+    MigrateCommand.self, BackupCommand.self, RestoreCommand.self,
 ]
 
 /// `ledger --help`: what the tool does, the options every command takes, one line per command, exit codes.

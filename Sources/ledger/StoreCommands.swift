@@ -258,4 +258,15 @@ enum Progress {
             FileHandle.standardError.write(Data("\r\(label): \(done)/\(total) records (\(percent)%)\(done == total ? "\n" : "")".utf8))
         }
     }
+
+    /// Progress of work in stages, one line per stage ("backup: verify: 10/20 records (50%)"), counted
+    /// in `units[stage]`; only when standard error is a terminal.
+    static func stages(label: String, units: [String: String]) -> ((String, UInt64, UInt64) -> Void)? {
+        guard isatty(STDERR_FILENO) == 1 else { return nil }
+        return { stage, done, total in
+            let percent = total == 0 ? 100 : Int(min(done, total) * 100 / total)
+            let line = "\r\(label): \(stage): \(done)/\(total) \(units[stage] ?? "") (\(percent)%)\(done >= total ? "\n" : "")"
+            FileHandle.standardError.write(Data(line.utf8))
+        }
+    }
 }

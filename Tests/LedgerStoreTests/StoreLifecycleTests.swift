@@ -298,6 +298,30 @@ import Testing
         #expect(try ledger.store.replay().isIntact)
     }
 
+    /// `ledger backup` copies live pages only: identities erased before it are not in the backup even
+    /// while the store's own file still holds them in freed pages, and the store needs no compaction first.
+    @Test func aBackupHoldsNoIdentityErasedBeforeIt() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let storeURL = directory.path("store")
+        let before = try populate(storeURL)
+        let backup = try LedgerBinary.run(["backup", "--store", storeURL.path, "--out", directory.path("backup").path])
+        #expect(backup.status == 0, "\(backup.stderr)")
+        let copy = directory.path("backup/data.mdb")
+        #expect(try before.pseudonyms.contains { try vaultKeyOccurs($0, in: storeURL.appendingPathComponent("data.mdb")) })
+        for account in before.pseudonyms { #expect(try !vaultKeyOccurs(account, in: copy)) }
+        // The live accounts' sealed UIDs are in it, and the restored store answers for them.
+        let restored = try LedgerBinary.run([
+            "restore", "--from", directory.path("backup").path, "--to", directory.path("restored").path, "--keys", storeURL.path,
+        ])
+        #expect(restored.status == 0, "\(restored.stderr)")
+        let ledger = try Ledger(opening: .directory(directory.path("restored"), keys: storeURL))
+        for (uid, lineage) in zip(Self.kept, Self.lineages.dropFirst(Self.deleted.count)) {
+            #expect(try ledger.binding(originalTransactionId: lineage).uid == uid)
+        }
+        #expect(try Self.lineages.map { try ledger.binding(originalTransactionId: $0) } == before.bindings)
+    }
+
     func addOnePurchase(_ storeURL: URL) throws {
         let ledger = try Ledger.initialize(at: storeURL, configuration: Fixtures.configuration)
         try purchase(ledger, uid: "alice", "1")

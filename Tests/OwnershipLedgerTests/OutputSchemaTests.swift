@@ -126,6 +126,12 @@ import Testing
         expect(try run(["verify", "--store", upgraded]), "verify.schema.json")
         expect(try run(["compact", "--store", upgraded]), "compact.schema.json")
         expect(try run(["migrate", "--from", upgraded, "--to", directory.path("copy").path]), "migrate.schema.json")
+        // A backup without the keys (restore names them) and one with them.
+        let (plainBackup, keyedBackup) = (directory.path("backup").path, directory.path("backup-keys").path)
+        expect(try run(["backup", "--store", upgraded, "--out", plainBackup]), "backup.schema.json")
+        expect(try run(["restore", "--from", plainBackup, "--to", directory.path("restored").path, "--keys", upgraded]), "restore.schema.json")
+        expect(try run(["backup", "--store", upgraded, "--out", keyedBackup, "--include-keys"]), "backup.schema.json")
+        expect(try run(["restore", "--from", keyedBackup, "--to", directory.path("restored-keys").path]), "restore.schema.json")
         // bench history on a few lines (bench sign and serve are checked where they are run).
         try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: directory.path("bench.jsonl"))
         expect(
