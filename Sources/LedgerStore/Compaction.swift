@@ -165,5 +165,4 @@ extension LedgerStore {
             throw FileAccess.failure("remove (left by an earlier compaction)", temporary.path, errno)
         }
     }
-
 }
