@@ -1,7 +1,7 @@
 # Set-up and everyday commands. `make demo` and `make test` are the README's two commands.
 SWIFT ?= swift
 
-.PHONY: deps build demo test bench bench-history bench-submit bench-serve bench-postgres format lint fuzz soak coverage
+.PHONY: deps build demo test bench bench-history bench-binds bench-format1 bench-submit bench-serve bench-postgres format lint fuzz soak coverage
 
 deps:
 	@{ pkg-config --exists lmdb libcrypto libmicrohttpd libpq && command -v curl && command -v python3 && test -x "$$(pg_config --bindir)/initdb"; } >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev libmicrohttpd-dev libpq-dev postgresql pkg-config curl python3; }
@@ -25,12 +25,24 @@ test: deps
 LINES ?= 100000
 # ../shared from the integration checkout, ../../shared from a worktree in /work/wt.
 GEN_HISTORY ?= $(firstword $(wildcard ../shared/tools/gen_history.py ../../shared/tools/gen_history.py) ../shared/tools/gen_history.py)
-bench: bench-history
+bench: bench-history bench-binds
 bench-history: build
 	mkdir -p .build/bench
 	test -s .build/bench/lines-$(LINES).jsonl || python3 $(GEN_HISTORY) $(LINES) > .build/bench/lines-$(LINES).jsonl
 	rm -rf .build/bench/store-$(LINES)
 	.build/release/ledger bench history --lines .build/bench/lines-$(LINES).jsonl --dir .build/bench/store-$(LINES)
+
+# One more binding for an account holding 7,000 lineages vs one holding none (docs/benchmarks.md).
+bench-binds: build
+	.build/release/ledger bench binds
+
+# Storage format 1 beside format 2 through the binary alone (docs/benchmarks.md): FORMAT1 is a release
+# build of the last format-1 commit, e.g. `git worktree add ../v1 7d3dd82^ && (cd ../v1 && swift build -c release)`.
+FORMAT1 ?= ../v1/.build/release/ledger
+bench-format1: build
+	mkdir -p .build/bench
+	test -s .build/bench/lines-$(LINES).jsonl || python3 $(GEN_HISTORY) $(LINES) > .build/bench/lines-$(LINES).jsonl
+	python3 Tests/Benchmarks/history-cli.py .build/bench/lines-$(LINES).jsonl $(FORMAT1)=format1 .build/release/ledger=format2 --work .build/bench/cli
 
 # `ledger submit` end to end (docs/benchmarks.md), each into a fresh store, timed by /usr/bin/time
 # (Debian `time`): SUBMIT_LINES gen_history.py lines with --trust-decoded, then SIGNED_LINES of them

@@ -10,6 +10,7 @@ struct BenchCommand: Subcommand {
     static let usage = """
         Usage: ledger bench history --lines FILE [--chunks N] [--samples N] [--dir DIR]
                                     [--bundle-id ID] [--environment E] [--app-apple-id N]
+               ledger bench binds [--held N] [--binds N] [--dir DIR]
                ledger bench serve [--clients N] [--requests N] [--route transactions|submit] [--batch N]
                                   [--fixtures DIR] [--dir DIR]
                ledger bench sign --in FILE --out FILE [--fixtures DIR]
@@ -19,13 +20,19 @@ struct BenchCommand: Subcommand {
         trusted-decoded submit lines in FILE (`make bench-history` generates them):
           - decided lines/s in each of N equal chunks (default 10): lines parsed by the submit protocol,
             then decided, appended and committed in groups of 1,000 as `ledger submit` does; that rate
-            (what the storage engine sustains), the parse and render cost per line, and the last chunk's
-            rate over the first's;
+            (what the storage engine sustains), the parse and render cost per line, the last chunk's
+            rate over the first's, and per line of each chunk the process's CPU time (parse, decide,
+            render: less inflated than wall time by other processes on the cores);
           - bytes per line at rest (data.mdb / lines) and per database;
           - `ledger rebuild` and `ledger verify` run as child processes: records/s, events/s, peak
             anonymous memory (heap) and peak resident memory (which also counts data.mdb's mapped pages);
           - `account --at` and `binding --at` latency in this process (median and 95th percentile of N
             samples, default 200), at times cut inside the history.
+
+        `bench binds` measures what binding one more lineage costs an account that already holds many: in a fresh
+        ledger one account buys --held new lineages (default 7,000), then it and an account holding none each buy
+        --binds more (default 1,000), one purchase per commit as separate `ledger submit` calls would, in
+        alternating blocks of 100 so both see the same machine. It prints both totals and their ratio (held ÷ none).
 
         `bench serve` starts `ledger serve` on a fresh store and drives it with --clients keep-alive
         clients on loopback (default 64): --requests (default 20,000) signed purchases to
@@ -45,7 +52,7 @@ struct BenchCommand: Subcommand {
         """
     static let options: Set<String> = [
         "lines", "chunks", "samples", "dir", "bundle-id", "environment", "app-apple-id", "clients", "requests", "route", "batch", "fixtures",
-        "in", "out",
+        "in", "out", "held", "binds",
     ]
     static let positionals = 1...1
 
@@ -55,13 +62,14 @@ struct BenchCommand: Subcommand {
         switch arguments.positionals.first {
         case "history": return try history(arguments, console: console)
         case "serve": return try serve(arguments, console: console)
+        case "binds": return try binds(arguments, console: console)
         case "sign":
             let figures = try SignedWorkload.run(
                 input: URL(fileURLWithPath: try arguments.required("in")), output: URL(fileURLWithPath: try arguments.required("out")),
                 fixtures: URL(fileURLWithPath: arguments.value("fixtures") ?? "Tests"), log: { console.err("bench: \($0)") })
             console.out(JSONLine.render(figures))
             return .success
-        default: throw CLIError.usage("give history, serve or sign")
+        default: throw CLIError.usage("give history, binds, serve or sign")
         }
     }
 
@@ -111,12 +119,14 @@ struct BenchCommand: Subcommand {
         var rates: [Int] = []
         var parseMicroseconds: [Double] = []
         var renderMicroseconds: [Double] = []
+        var cpuMicroseconds: [Double] = []
         var uids = Reservoir(capacity: samples)
         var lineages = Reservoir(capacity: samples)
         var invalid = 0
         for chunk in 0..<chunks {
             let count = total * (chunk + 1) / chunks - total * chunk / chunks
             var (decide, parse, render): (UInt64, UInt64, UInt64) = (0, 0, 0)
+            let cpuBefore = processCPUNanoseconds()
             var done = 0
             while done < count {
                 let lines = reader.next(min(1_000, count - done))
@@ -140,6 +150,7 @@ struct BenchCommand: Subcommand {
                 done += lines.count
             }
             rates.append(Int(Double(done) / max(Double(decide) / 1e9, 1e-9)))
+            cpuMicroseconds.append(Double(processCPUNanoseconds() - cpuBefore) / 1e3 / Double(max(done, 1)))
             parseMicroseconds.append(Double(parse) / 1e3 / Double(max(done, 1)))
             renderMicroseconds.append(Double(render) / 1e3 / Double(max(done, 1)))
             console.err("bench: chunk \(chunk + 1)/\(chunks): \(done) lines, \(rates.last ?? 0) decided lines/s")
@@ -180,6 +191,7 @@ struct BenchCommand: Subcommand {
             "decideMicrosecondsPerLineByChunk": rates.map { ($0 == 0 ? 0 : 1e7 / Double($0)).rounded() / 10 },
             "parseMicrosecondsPerLine": parseMicroseconds.map { ($0 * 10).rounded() / 10 },
             "renderMicrosecondsPerLine": renderMicroseconds.map { ($0 * 10).rounded() / 10 },
+            "cpuMicrosecondsPerLineByChunk": cpuMicroseconds.map { ($0 * 10).rounded() / 10 },
             "dataFileBytes": bytes, "bytesPerLine": bytes / total,
             "databases": Dictionary(uniqueKeysWithValues: databases.map { ($0.name, ["entries": $0.entries, "bytes": $0.bytes] as JSONObject) }),
             "accountAtMilliseconds": summary(accountLatencies), "bindingAtMilliseconds": summary(bindingLatencies),
@@ -190,6 +202,77 @@ struct BenchCommand: Subcommand {
             figures[command] = try child([command, "--store", directory.path])
         }
         console.out(JSONLine.render(figures))
+        return .success
+    }
+
+    static func binds(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let held = try arguments.integer("held") ?? 7_000
+        let binds = max(try arguments.integer("binds") ?? 1_000, 1)
+        let temporary = arguments.value("dir") == nil
+        let directory =
+            arguments.value("dir").map { URL(fileURLWithPath: $0) }
+            ?? FileManager.default.temporaryDirectory.appendingPathComponent("ledger-bench-\(getpid())")
+        defer { if temporary { try? FileManager.default.removeItem(at: directory) } }
+        try? FileManager.default.removeItem(at: directory)
+        let configuration = LedgerConfiguration(bundleId: "com.example.myrecipes", environment: .production, appAppleId: 1_234_567_890)
+        let ledger = try Ledger.initialize(at: directory, configuration: configuration)
+        let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+
+        // Purchases of new lineages, as gen_history.py writes them; each must be granted (bound to its buyer).
+        var bought = 0
+        func purchases(by uid: String, _ count: Int) -> [String] {
+            (0..<count).map { _ in
+                bought += 1
+                let id = 3_000_000_000_000_000 + bought
+                let at = 1_793_491_200_000 + Int64(bought) * 1_000
+                return """
+                    {"type":"purchase","account":"\(uid)","transaction":{"originalTransactionId":"\(id)","transactionId":"\(id)",\
+                    "productId":"com.example.myrecipes.premium.monthly","bundleId":"com.example.myrecipes","purchaseDate":\(at),\
+                    "expiresDate":\(at + 30 * 86_400_000),"inAppOwnershipType":"PURCHASED","environment":"Production","signedDate":\(at),\
+                    "type":"Auto-Renewable Subscription"},"at":\(at)}
+                    """
+            }
+        }
+        /// Decides `lines` in one commit; the nanoseconds the decision, append and commit took.
+        func decide(_ lines: [String]) throws -> UInt64 {
+            let prepared = submit.prepare(lines.map(\.utf8))
+            let start = DispatchTime.now().uptimeNanoseconds
+            let decided = ledger.submit(isolating: prepared.groups)
+            let elapsed = DispatchTime.now().uptimeNanoseconds - start
+            for answer in submit.answers(to: prepared, decided: decided) where answer.decision != "granted" {
+                throw CLIError(code: .storeError, message: "bench binds: a purchase was answered \(answer.line), not granted")
+            }
+            return elapsed
+        }
+
+        console.err("bench: uid-holder buys \(held) lineages")
+        while bought < held {
+            _ = try decide(purchases(by: "uid-holder", min(1_000, held - bought)))
+        }
+        console.err("bench: \(binds) purchases each by uid-holder and uid-newcomer, one per commit")
+        var nanoseconds = (holder: [UInt64](), newcomer: [UInt64]())
+        var block = 0
+        while nanoseconds.holder.count < binds {
+            let count = min(100, binds - nanoseconds.holder.count)
+            for holderFirst in block % 2 == 0 ? [true, false] : [false, true] {
+                for line in purchases(by: holderFirst ? "uid-holder" : "uid-newcomer", count) {
+                    let elapsed = try decide([line])
+                    if holderFirst { nanoseconds.holder.append(elapsed) } else { nanoseconds.newcomer.append(elapsed) }
+                }
+            }
+            block += 1
+        }
+        let (holderTotal, newcomerTotal) = (Double(nanoseconds.holder.reduce(0, +)), Double(nanoseconds.newcomer.reduce(0, +)))
+        console.out(
+            JSONLine.render(
+                [
+                    "held": held, "binds": binds, "heldAccountSeconds": (holderTotal / 1e6).rounded() / 1e3,
+                    "emptyAccountSeconds": (newcomerTotal / 1e6).rounded() / 1e3,
+                    "heldOverEmpty": (holderTotal / max(newcomerTotal, 1) * 100).rounded() / 100,
+                    "heldAccountMilliseconds": summary(nanoseconds.holder.map { Double($0) / 1e6 }),
+                    "emptyAccountMilliseconds": summary(nanoseconds.newcomer.map { Double($0) / 1e6 }),
+                    "cores": ProcessInfo.processInfo.activeProcessorCount,
+                ] as JSONObject))
         return .success
     }
 
@@ -241,6 +324,14 @@ struct BenchCommand: Subcommand {
             "exitStatus": Int(process.terminationStatus),
             "intact": (report["intact"] as? Bool) ?? ((report["differences"] as? [Any])?.isEmpty ?? false),
         ]
+    }
+
+    /// CPU time (user and system) this process has used, in nanoseconds: unlike wall time, not
+    /// inflated by other processes competing for the cores.
+    static func processCPUNanoseconds() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
     }
 
     /// A child's standard output, read on another thread.

@@ -132,10 +132,11 @@ import Testing
         expect(try run(["restore", "--from", plainBackup, "--to", directory.path("restored").path, "--keys", upgraded]), "restore.schema.json")
         expect(try run(["backup", "--store", upgraded, "--out", keyedBackup, "--include-keys"]), "backup.schema.json")
         expect(try run(["restore", "--from", keyedBackup, "--to", directory.path("restored-keys").path]), "restore.schema.json")
-        // bench history on a few lines (bench sign and serve are checked where they are run).
+        // bench history on a few lines, bench binds on a few purchases (bench sign and serve are checked where they are run).
         try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: directory.path("bench.jsonl"))
         expect(
             try run(["bench", "history", "--lines", directory.path("bench.jsonl").path, "--dir", directory.path("bench").path]), "bench.schema.json")
+        expect(try run(["bench", "binds", "--held", "30", "--binds", "20", "--dir", directory.path("binds").path]), "bench.schema.json")
     }
 
     /// Runs Tests/Independent/verify_bundle.py with `arguments`.
