@@ -24,6 +24,8 @@ public enum Backup {
     public static let publicKeyFileName = "ledger-signing.pub"
     /// The directory a restore stages the copy in, inside the target.
     static let stagingDirectoryName = "restore.partial"
+    /// The directory a backup of a PostgreSQL store stages its snapshot in, inside the backup directory.
+    static let snapshotDirectoryName = "snapshot.partial"
     /// The checkpoint extension line naming the backup's data file: `backup data.mdb <bytes> <sha256 hex>`.
     public static let dataLinePrefix = "backup data.mdb "
 
@@ -73,12 +75,9 @@ public enum Backup {
         of ledger: Ledger, into directory: URL, includeKeys: Bool, progress: ((String, UInt64, UInt64) -> Void)? = nil
     ) throws -> Report {
         let store = ledger.store
-        guard case .directory(let storeDirectory, _) = store.location else {
-            throw BackupError.unsupported(
-                "a PostgreSQL store is backed up with PostgreSQL's tools (pg_basebackup with WAL archiving, or pg_dump) and its key directory separately (docs/operations.md)"
-            )
-        }
-        guard directory.standardizedFileURL.path != storeDirectory.standardizedFileURL.path else {
+        if case .directory(let storeDirectory, _) = store.location,
+            directory.standardizedFileURL.path == storeDirectory.standardizedFileURL.path
+        {
             throw BackupError.targetInUse("the backup directory \(directory.path) is the store itself: choose a new directory")
         }
         let signer = try ledger.signer()
@@ -87,8 +86,13 @@ public enum Backup {
         var written: [String] = []
         do {
             let dataFile = directory.appendingPathComponent(dataFileName)
-            progress?("copy", 0, UInt64(try FileAccess.size(storeDirectory.appendingPathComponent(dataFileName).path)))
-            try store.copyDataFile(to: dataFile)
+            switch store.location {
+            case .directory(let storeDirectory, _):
+                progress?("copy", 0, UInt64(try FileAccess.size(storeDirectory.appendingPathComponent(dataFileName).path)))
+                try store.copyDataFile(to: dataFile)
+            case .postgres:
+                try copySnapshot(of: store, to: dataFile, staging: directory.appendingPathComponent(snapshotDirectoryName), progress: progress)
+            }
             written.append(dataFileName)
             let (bytes, digest) = try FileAccess.sha256(ofFile: dataFile.path)
             progress?("copy", UInt64(bytes), UInt64(bytes))
@@ -102,7 +106,7 @@ public enum Backup {
             }()
             guard verification.isIntact else {
                 throw BackupError.doesNotVerify(
-                    "the copy of \(storeDirectory.path) has \(summary(of: verification)): nothing was kept; run `ledger verify` on the store")
+                    "the copy of \(store.location) has \(summary(of: verification)): nothing was kept; run `ledger verify` on the store")
             }
             var files: [(String, [UInt8])] = [
                 (checkpointFileName, Array(signed.text.utf8)), (publicKeyFileName, Array(signer.publicKey.pem.utf8)),
@@ -125,6 +129,24 @@ public enum Backup {
             if created { rmdir(directory.path) }
             throw error
         }
+    }
+
+    /// Writes one read snapshot of a PostgreSQL store as a store directory's `data.mdb` at `dataFile`
+    /// (``LedgerStore/migrate(from:to:progress:)`` into `staging`, then the file moved out and the
+    /// staging directory, with the copies of the key files migration puts there, removed).
+    /// `progress` gets `snapshot` in records.
+    static func copySnapshot(
+        of store: LedgerStore, to dataFile: URL, staging: URL, progress: ((String, UInt64, UInt64) -> Void)?
+    ) throws {
+        guard mkdir(staging.path, 0o700) == 0 else { throw FileAccess.failure("create the directory", staging.path, errno) }
+        defer { try? FileManager.default.removeItem(at: staging) }
+        // The copy is closed (its environment released) before its file moves.
+        _ = try LedgerStore.migrate(from: store, to: .directory(staging)) { stage, done, total in
+            if stage == "records" { progress?("snapshot", done, total) }
+        }
+        guard rename(staging.appendingPathComponent(dataFileName).path, dataFile.path) == 0,
+            chmod(dataFile.path, 0o600) == 0
+        else { throw FileAccess.failure("move the snapshot to", dataFile.path, errno) }
     }
 
     /// What a restore did.
@@ -327,14 +349,12 @@ public enum BackupError: Error, Equatable, CustomStringConvertible, Sendable {
     case doesNotVerify(String)
     /// The keys given are not the backup's ledger's, or there are none.
     case keys(String)
-    /// The store cannot be backed up this way (PostgreSQL).
-    case unsupported(String)
     /// There is no backup where one was named.
     case missing(String)
 
     public var description: String {
         switch self {
-        case .targetInUse(let message), .keys(let message), .unsupported(let message), .missing(let message): message
+        case .targetInUse(let message), .keys(let message), .missing(let message): message
         case .doesNotVerify(let message): "the backup does not verify: \(message)"
         }
     }

@@ -7,7 +7,7 @@ struct BackupCommand: Subcommand {
     static let name = "backup"
     static let abstract = "Copy the store while writers run, verify the copy and sign a checkpoint of it."
     static let usage = """
-        Usage: ledger backup --out DIR [--include-keys] [--store DIR] [--keys KEYDIR]
+        Usage: ledger backup --out DIR [--include-keys] [--store DIR|postgres://…] [--keys KEYDIR]
 
         Copies data.mdb (which holds the log, read models, indexes, identity vault and the app
         configuration) into DIR with LMDB's compacting copy, from one read transaction: writers keep
@@ -22,27 +22,27 @@ struct BackupCommand: Subcommand {
         not verify is removed. Progress on a terminal. Prints {"store", "out", "headSeq", "headHash",
         "root", "origin", "checkpoint", "checkpointFile", "dataFileBytes", "dataFileSHA256",
         "keysIncluded", "files", "verifiedRecords", "events", "intact"}. Exit 1 when the copy does not
-        verify, 3 when DIR is not empty or the store cannot be opened. A PostgreSQL store is backed up
-        with PostgreSQL's tools (docs/operations.md).
+        verify, 3 when DIR is not empty or the store cannot be opened.
+        A PostgreSQL store (--store postgres://… or LEDGER_STORE) is read in one snapshot (REPEATABLE READ:
+        writers keep running) and written as a store directory's data.mdb, so the backup is the same kind
+        of directory and `ledger restore` makes a store directory of it (`ledger migrate` then moves it into
+        PostgreSQL). PostgreSQL's own tools remain the way to back up the database itself (docs/operations.md).
         """
     static let options: Set<String> = ["out"]
     static let flags: Set<String> = ["include-keys"]
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let out = URL(fileURLWithPath: try arguments.required("out"))
-        let (store, _) = try arguments.storeDirectory(
-            "backup",
-            alternative:
-                "back up the database with pg_basebackup and WAL archiving (or pg_dump) and the key directory separately (docs/operations.md)")
+        let location = try arguments.location()
         let ledger = try openLedger(arguments)
         let report = try refusals {
             try Backup.take(
                 of: ledger, into: out, includeKeys: arguments.flags.contains("include-keys"),
-                progress: Progress.stages(label: "backup", units: ["copy": "bytes", "verify": "records"]))
+                progress: Progress.stages(label: "backup", units: ["copy": "bytes", "snapshot": "records", "verify": "records"]))
         }
         console.out(
             JSONLine.render([
-                "store": store.path, "out": out.path, "headSeq": report.head.sequence, "headHash": report.head.chainHash.hex,
+                "store": location.description, "out": out.path, "headSeq": report.head.sequence, "headHash": report.head.chainHash.hex,
                 "root": report.root.hex, "origin": report.origin, "checkpoint": report.checkpoint,
                 "checkpointFile": out.appendingPathComponent(Backup.checkpointFileName).path, "dataFileBytes": report.dataBytes,
                 "dataFileSHA256": report.dataSHA256.hex, "keysIncluded": report.keysIncluded, "files": report.files,

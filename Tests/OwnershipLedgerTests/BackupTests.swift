@@ -405,10 +405,6 @@ import Testing
             (["backup", "--store", store, "--out", path("backup")], 3, "already holds a ledger (data.mdb)"),
             (["backup", "--store", path("missing"), "--out", path("new-1")], 3, "no ledger at"),
             (["backup", "--store", store, "--out", path("new-2"), "--include-keys=yes"], 2, "--include-keys is a flag"),
-            (
-                ["backup", "--store", "postgres://ledger@localhost/ledger", "--keys", store, "--out", path("new-3")], 2,
-                "pg_basebackup and WAL archiving (or pg_dump) and the key directory separately (docs/operations.md)"
-            ),
             (["restore", "--to", path("new-4")], 2, "--from is required"),
             (["restore", "--from", path("backup")], 2, "--to is required"),
             (["restore", "--from", path("backup"), "--to", path("new-5"), "--store", store], 2, "not --store"),

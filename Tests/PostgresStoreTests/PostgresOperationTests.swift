@@ -231,6 +231,52 @@ import Testing
         #expect(try LedgerBinary.run(["account", "--uid", "carol"] + pg).json["known"] as? Bool == false)
     }
 
+    @Test func backupOfAPostgresStoreIsOneSnapshotThatRestoresIntoADirectory() throws {
+        let directory = TemporaryDirectory("ledger-pg-backup")
+        defer { directory.remove() }
+        let options = try initStore(directory)
+        let keys = directory.path("keys").path
+        let first =
+            (0..<200).map { purchase("uid-pg-backup-\($0)-7f3a9c", String(2_000_000_000_300_000 + $0)) }
+            + [Fixtures.line(["type": "delete-account", "account": "uid-pg-backup-7-7f3a9c", "at": t + day])]
+        let answered = try LedgerBinary.run(["submit", "--trust-decoded"] + options, stdin: first.joined(separator: "\n"))
+        #expect(answered.lines.count == 201, "\(answered.stderr)")
+        // A writer keeps deciding while the backup reads its snapshot.
+        let later = (0..<3_000).map { purchase("uid-pg-later-\($0)-7f3a9c", String(2_000_000_000_400_000 + $0), at: t + 2 * day) }
+        let writer = try LedgerBinary.start(["submit", "--trust-decoded"] + options, stdin: later.joined(separator: "\n"))
+        let out = directory.path("backup").path
+        let backup = try LedgerBinary.run(["backup", "--out", out] + options)
+        #expect(writer.wait().status == 0)
+        #expect(backup.status == 0, "\(backup.stderr)")
+        #expect(backup.json["intact"] as? Bool == true, "\(backup.stdout)")
+        let head = backup.json["headSeq"] as? Int ?? 0
+        #expect(head >= 201 && head <= 3_201, "\(backup.stdout)")
+        #expect(backup.json["store"] as? String == options[1])
+        let files = try FileManager.default.contentsOfDirectory(atPath: out).sorted()
+        #expect(files == ["checkpoint.txt", "data.mdb", "ledger-signing.pub"], "no key files, no staging left: \(files)")
+        for name in files {
+            #expect(try FileManager.default.attributesOfItem(atPath: "\(out)/\(name)")[.posixPermissions] as? Int == 0o600, "\(name)")
+        }
+        #expect(try FileManager.default.attributesOfItem(atPath: out)[.posixPermissions] as? Int == 0o700)
+        // Restored into a directory with the key directory: the same records as the database's first `head`.
+        let restored = directory.path("restored").path
+        let restore = try LedgerBinary.run(["restore", "--from", out, "--to", restored, "--keys", keys])
+        #expect(restore.status == 0, "\(restore.stderr)")
+        #expect(restore.json["headHash"] as? String == backup.json["headHash"] as? String)
+        let verify = try LedgerBinary.run(["verify", "--store", restored, "--keys", keys])
+        #expect(verify.json["intact"] as? Bool == true, "\(verify.stdout)")
+        let fromBackup = try LedgerBinary.run(["log", "--store", restored, "--keys", keys]).lines
+        let fromDatabase = try LedgerBinary.run(["log"] + options).lines
+        #expect(fromBackup.count == head && Array(fromDatabase.prefix(head)) == fromBackup)
+        for uid in ["uid-pg-backup-3-7f3a9c", "uid-pg-backup-7-7f3a9c"] {
+            let account = try LedgerBinary.run(["account", "--uid", uid, "--store", restored, "--keys", keys]).stdout
+            #expect(account == (try LedgerBinary.run(["account", "--uid", uid] + options).stdout), "\(uid)")
+        }
+        // A directory holding a backup is never overwritten.
+        let again = try LedgerBinary.run(["backup", "--out", out] + options)
+        #expect(again.status == 3 && again.stderr.contains("already holds a ledger"), "\(again.stderr)")
+    }
+
     @Test func queriesReadFromTheReadOnlyURLAndWritesGoToThePrimary() throws {
         let directory = TemporaryDirectory("ledger-pg-replica")
         defer { directory.remove() }
