@@ -288,13 +288,12 @@ enum ServeBenchmark {
             let connected = withUnsafePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
-            guard connected == 0 else {
-                close(socket)
-                throw CLIError(code: .storeError, message: "cannot connect to 127.0.0.1:\(port)")
-            }
+            // Not closed here: deinit runs when an initialised object's init throws, and a second
+            // close(2) would close whatever another thread's descriptor reused the number.
+            guard connected == 0 else { throw CLIError(code: .storeError, message: "cannot connect to 127.0.0.1:\(port)") }
         }
 
-        deinit { close(socket) }
+        deinit { if socket >= 0 { close(socket) } }
 
         struct Failure: Error {}
 

@@ -64,13 +64,15 @@ public final class RawConnection: @unchecked Sendable {
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard connected == 0 else {
-            close(socket)
-            throw POSIXError(.ECONNREFUSED)
-        }
+        // Not closed here: an initializer that throws once every property is set still runs
+        // deinit, and a second close(2) would close whatever descriptor reused the number, such
+        // as another test's server socket or its epoll or wake-up descriptor (seen: libmicrohttpd
+        // panicking "Close socket failed", or a daemon thread never woken by MHD_stop_daemon).
+        guard connected == 0 else { throw POSIXError(.ECONNREFUSED) }
     }
 
-    deinit { close(socket) }
+    /// Closes the socket: the one close(2), also when `init` threw after creating it.
+    deinit { if socket >= 0 { close(socket) } }
 
     /// Writes `text`; false when the server has closed the connection.
     @discardableResult
