@@ -14,7 +14,7 @@ struct SubmitCommand: Subcommand {
         --trust-decoded, decoded transaction / notification objects and legacy verifyReceipt responses
         (receipt) are accepted without signatures. One JSON decision per line, in order; a malformed line
         gets decision "invalid" and appends nothing. See docs/protocol.md. Exit 0 when every line was answered.
-        Lines are read and verified on one thread while the writer decides and commits those before them;
+        Lines are read and verified (on every core) while the writer decides and commits those before them;
         --sequential does one after the other on one thread (the same answers; for comparison).
         """
     static let options: Set<String> = []
@@ -40,22 +40,24 @@ struct SubmitCommand: Subcommand {
     /// Read, verify, decide, commit and answer one batch after another. Returns the read error, if any.
     static func sequential(_ submit: SubmitProtocol, _ input: LineBatches, _ console: Console) -> String? {
         var input = input
-        while let batch = Batch(&input, submit) {
+        while let batch = Batch(&input, submit, threads: 1) {
             console.write(batch.output(submit, decided: submit.ledger.submit(isolating: batch.prepared.groups)))
         }
         return input.readError
     }
 
-    /// Three stages: a reader thread reads, parses and verifies batches of lines; the committer's writer
+    /// Three stages: a reader thread reads batches of lines and parses and verifies them (a large batch on
+    /// every core at once); the committer's writer
     /// decides and commits whatever has arrived (up to ``batchLines`` lines a commit); this thread writes each
     /// batch's answers once its commit is durable, in input order. Both queues between them are bounded.
     /// Returns the read error, if any.
     static func pipelined(_ submit: SubmitProtocol, _ input: LineBatches, _ console: Console) -> String? {
         let committer = GroupCommitter(ledger: submit.ledger, capacity: 2 * batchLines, maximumGroup: batchLines)
         let answered = AnsweredBatches(capacity: answeredBatches)
+        let threads = ProcessInfo.processInfo.activeProcessorCount
         let reader = Thread {
             var input = input
-            while let batch = Batch(&input, submit) {
+            while let batch = Batch(&input, submit, threads: threads) {
                 // Only close() refuses, and it comes after this loop.
                 try? committer.enqueue(batch.prepared.groups, waitingForRoom: true) { decided in answered.append(batch, decided) }
             }
@@ -74,15 +76,15 @@ struct SubmitCommand: Subcommand {
         let lines: [InputLine]
         let prepared: SubmitProtocol.PreparedLines
 
-        /// The next batch of `input`, prepared; nil at the end of input.
-        init?(_ input: inout LineBatches, _ submit: SubmitProtocol) {
+        /// The next batch of `input`, prepared (a large one on `threads` threads at once); nil at the end of input.
+        init?(_ input: inout LineBatches, _ submit: SubmitProtocol, threads: Int) {
             guard let batch = input.next(upTo: SubmitCommand.batchLines) else { return nil }
             // Blank lines get no answer; every other line gets exactly one, in order.
             lines = batch.filter {
                 if case .bytes(let bytes) = $0 { return !SubmitProtocol.isBlank(bytes) }
                 return true
             }
-            prepared = submit.prepare(lines.compactMap(\.bytes))
+            prepared = submit.prepare(lines.compactMap(\.bytes), threads: threads)
         }
 
         /// The answer lines, given what became of the prepared groups.
