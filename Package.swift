@@ -43,7 +43,7 @@ let package = Package(
             name: "AppleSignedDataTests", dependencies: ["AppleSignedData", "LedgerTestSupport"],
             resources: [.copy("Vectors")]),
         .testTarget(name: "LedgerCryptoTests", dependencies: ["LedgerCrypto", "LedgerTestSupport", "COpenSSL"]),
-        .testTarget(name: "FirebaseAuthTests", dependencies: ["FirebaseAuth", "HTTPServer", "LedgerTestSupport"], exclude: ["Keys"]),
+        .testTarget(name: "FirebaseAuthTests", dependencies: ["FirebaseAuth", "HTTPServer", "LedgerCrypto", "LedgerTestSupport"], exclude: ["Keys"]),
         .testTarget(
             name: "LedgerServiceTests",
             dependencies: ["LedgerService", "FirebaseAuth", "OwnershipLedger", "AppleSignedData", "LedgerCrypto", "LedgerTestSupport"]),

@@ -17,6 +17,9 @@ public struct TokenError: Error, Equatable, CustomStringConvertible, Sendable {
         case invalidSubject = "invalid-subject"
         /// The verifier has no usable certificates (not the caller's fault: retry later).
         case keysUnavailable = "keys-unavailable"
+        /// libcrypto failed while checking the signature: no verdict on the token, a fault of the
+        /// verifier (`ledger serve` answers 500 and logs it, never 401).
+        case cryptoFailure = "internal"
     }
 
     public var code: Code
@@ -127,15 +130,34 @@ public final class FirebaseTokenVerifier: Sendable {
     public let clockSkew: Int64
     private let keys: FirebaseKeySource
     private let clock: @Sendable () -> Int64
+    private let checkSignature: SignatureCheck
 
-    public init(
+    /// Checks an RS256 signature of a message with a key: true or false is a verdict; a thrown
+    /// ``CryptoError`` (libcrypto failing) is none.
+    package typealias SignatureCheck = @Sendable (RSAPublicKey, _ signature: [UInt8], _ message: [UInt8]) throws(CryptoError) -> Bool
+
+    public convenience init(
         projectId: String, keys: FirebaseKeySource, clockSkew: Int64 = 300,
         clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+    ) {
+        self.init(projectId: projectId, keys: keys, clockSkew: clockSkew, clock: clock, checkSignature: Self.libcryptoRS256)
+    }
+
+    /// A verifier whose signatures are checked by `checkSignature` (libcrypto's RS256 but in tests).
+    package init(
+        projectId: String, keys: FirebaseKeySource, clockSkew: Int64 = 300,
+        clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }, checkSignature: @escaping SignatureCheck
     ) {
         self.projectId = projectId
         self.keys = keys
         self.clockSkew = clockSkew
         self.clock = clock
+        self.checkSignature = checkSignature
+    }
+
+    /// libcrypto's RSASSA-PKCS1-v1_5 SHA-256 check.
+    package static let libcryptoRS256: SignatureCheck = { key, signature, message throws(CryptoError) in
+        try key.isValidRS256Signature(signature, for: message)
     }
 
     /// The account `token` proves, or why it proves none.
@@ -169,9 +191,9 @@ public final class FirebaseTokenVerifier: Sendable {
         let key = try keys.key(for: keyId).get()
         let valid: Bool
         do {
-            valid = try key.isValidRS256Signature(token.signature, for: token.signingInput)
+            valid = try checkSignature(key, token.signature, token.signingInput)
         } catch {
-            throw TokenError(.keysUnavailable, "the signature could not be checked: \(error)")
+            throw TokenError(.cryptoFailure, "the signature could not be checked: \(error)")
         }
         guard valid else { throw TokenError(.invalidSignature, "the signature does not verify with key \(keyId)") }
         return FirebaseUser(uid: uid, expiresAt: expiresAt)

@@ -26,6 +26,8 @@ public final class LedgerService: Sendable {
         public var log: @Sendable (String) -> Void
         /// Fetch missed notifications from the App Store Server API on a timer; never when nil.
         public var backfill: BackfillSchedule?
+        /// How Firebase ID token signatures are checked: libcrypto's RS256 (a test gives one that fails).
+        var firebaseSignatureCheck: FirebaseTokenVerifier.SignatureCheck = FirebaseTokenVerifier.libcryptoRS256
 
         public init(
             http: HTTPServer.Configuration, firebaseProjectId: String, firebaseCertificates: FirebaseKeySource.Location,
@@ -81,7 +83,9 @@ public final class LedgerService: Sendable {
         }
         let routes = Routes(
             ledger: ledger, committer: committer, metrics: metrics,
-            tokens: FirebaseTokenVerifier(projectId: configuration.firebaseProjectId, keys: keys, clockSkew: configuration.clockSkew),
+            tokens: FirebaseTokenVerifier(
+                projectId: configuration.firebaseProjectId, keys: keys, clockSkew: configuration.clockSkew,
+                checkSignature: configuration.firebaseSignatureCheck),
             serviceTokens: configuration.serviceTokens, log: log)
         var http = configuration.http
         // Only a caller with a service token may send a batch-sized body: nobody else can make the

@@ -136,7 +136,7 @@ final class Routes: Sendable {
     // MARK: Authentication
 
     /// The account of the request's Firebase ID token, or nil after answering 401 (503 when the
-    /// certificates are unavailable). The token is never logged.
+    /// certificates are unavailable, 500 when libcrypto failed checking it). The token is never logged.
     private func authenticate(_ request: HTTPRequest, _ responder: HTTPResponder) -> String? {
         guard let token = RequestBodies.bearerToken(request.header("Authorization")) else {
             responder.respond(refuse("missing-token", "send the Firebase ID token as Authorization: Bearer <token>"))
@@ -148,6 +148,11 @@ final class Routes: Sendable {
         case .failure(let error) where error.code == .keysUnavailable:
             metrics.tokenFailure(error.code.rawValue)
             responder.respond(.error(503, code: error.code.rawValue, message: error.message, headers: [("Retry-After", "5")]))
+        case .failure(let error) where error.code == .cryptoFailure:
+            // The server failed, not the caller: no verdict on the token, so neither 401 nor a count.
+            responder.respond(
+                internalError(
+                    route: Self.label(method: request.method, path: request.path), "the Firebase ID token could not be checked", error.message))
         case .failure(let error):
             responder.respond(refuse(error.code.rawValue, error.message))
         }
@@ -184,15 +189,16 @@ final class Routes: Sendable {
             return true
         } catch {
             // The server failed, not the caller: 500, logged (never the token), nothing decided.
-            log(
-                JSONLine.render([
-                    "at": LedgerTime.format(LedgerTime.now()), "event": "internal-error", "route": Route.submit.rawValue,
-                    "error": "the service token could not be checked: \(error)",
-                ]))
-            responder.respond(
-                .error(500, code: "internal", message: "the service token could not be checked (a server fault, logged); nothing was decided"))
+            responder.respond(internalError(route: Route.submit.rawValue, "the service token could not be checked", "\(error)"))
             return false
         }
+    }
+
+    /// 500 `internal` for a fault of the server while checking a request's credentials (`what`),
+    /// logged as an `internal-error` line with `detail` (which never holds the credential).
+    private func internalError(route: String, _ what: String, _ detail: String) -> HTTPResponse {
+        log(JSONLine.render(["at": LedgerTime.format(LedgerTime.now()), "event": "internal-error", "route": route, "error": "\(what): \(detail)"]))
+        return .error(500, code: "internal", message: "\(what) (a server fault, logged); nothing was read or decided")
     }
 
     /// 401 with `code`, counted as a token failure.

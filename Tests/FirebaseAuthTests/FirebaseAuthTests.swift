@@ -1,6 +1,7 @@
 import FirebaseAuth
 import Foundation
 import HTTPServer
+import LedgerCrypto
 import LedgerTestSupport
 import Testing
 
@@ -110,6 +111,24 @@ import Testing
     static func swapPayload(of token: String, with other: String) -> String {
         let parts = token.split(separator: ".")
         return [parts[0], other.split(separator: ".")[1], parts[2]].joined(separator: ".")
+    }
+
+    @Test func aSignatureLibcryptoCannotCheckIsAnInternalFailureNotARefusal() throws {
+        let clock = Clock()
+        let source = FirebaseKeySource(.file(Self.keys.appendingPathComponent("certificates.json").path), clock: { clock.now })
+        let failing = FirebaseTokenVerifier(projectId: Self.projectId, keys: source, clock: { clock.now }) { _, _, _ throws(CryptoError) in
+            throw CryptoError("EVP_DigestVerifyInit", detail: "injected failure")
+        }
+        // A good token and one with another key's signature alike: no verdict either way.
+        for token in [try Self.token(), try Self.token(keyId: "test-key-1", signer: 2)] {
+            let error = try #require(failing.verify(token).failure)
+            #expect(error.code == .cryptoFailure && error.code.rawValue == "internal")
+            #expect(error.message.contains("could not be checked") && error.message.contains("injected failure"), "\(error)")
+            #expect(!error.description.contains(token) && !error.description.contains("alice-uid"), "the token is never repeated")
+        }
+        // What is refused before the signature is checked keeps its own code.
+        #expect(failing.verify(try Self.token { $0["aud"] = "another-project" }).failure?.code == .wrongAudience)
+        #expect(verifier().verify(try Self.token(keyId: "test-key-1", signer: 2)).failure?.code == .invalidSignature)
     }
 
     @Test func clockSkewIsConfigurable() throws {
