@@ -206,10 +206,13 @@ private final class Daemon: @unchecked Sendable {
         defer { lock.unlock() }
         guard let handle else { return }
         core.startStopping()
-        // libmicrohttpd refuses to stop with suspended connections: answer what is still pending.
+        // libmicrohttpd refuses to stop with suspended connections: answer what is still pending,
+        // and wait until those answers are sent. An answer is only queued when the handler's
+        // callback returns; its bytes go out on a later turn of the daemon thread's loop, and a
+        // stop that comes first closes the connection with the answer unsent.
         core.answerPending(HTTPResponse.error(503, code: "shutting-down", message: "the server is shutting down; retry"))
         let deadline = Date().addingTimeInterval(2)
-        while core.pendingCount > 0 && Date() < deadline { usleep(1_000) }
+        while core.answeringCount > 0 && Date() < deadline { usleep(1_000) }
         MHD_stop_daemon(handle)
         self.handle = nil
         if let listeningSocket, listeningSocket >= 0 { close(listeningSocket) }
@@ -266,7 +269,8 @@ final class ServerCore: @unchecked Sendable {
     }
 
     var liveCount: Int { lock.withLock { live.count } }
-    var pendingCount: Int { lock.withLock { live.values.filter(\.isPending).count } }
+    /// Requests handed to the handler and not yet finished: awaiting its answer, or sending it.
+    var answeringCount: Int { lock.withLock { live.values.filter { !$0.isReceiving }.count } }
     var isDraining: Bool { lock.withLock { draining } }
     var isStopping: Bool { lock.withLock { stopping } }
 
@@ -376,6 +380,9 @@ final class Exchange: @unchecked Sendable {
 
     /// Awaiting a handler's answer.
     var isPending: Bool { lock.withLock { phase == .handling || phase == .suspended } }
+
+    /// Its request (headers and body) is still arriving.
+    var isReceiving: Bool { lock.withLock { phase == .receiving } }
 
     /// Takes one body chunk; false closes the connection (the body is arriving too slowly).
     func receive(_ chunk: UnsafeRawBufferPointer) -> Bool {
