@@ -1,5 +1,6 @@
 import AppleSignedData
 import Foundation
+import Glibc
 import LedgerStore
 import OwnershipLedger
 
@@ -25,10 +26,37 @@ struct CLIError: Error {
 
 /// Where a command writes: standard output and standard error.
 struct Console {
-    func out(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
-    func err(_ line: String) { FileHandle.standardError.write(Data((line + "\n").utf8)) }
+    func out(_ line: String) { Self.write(Array((line + "\n").utf8), to: STDOUT_FILENO) }
+    func err(_ line: String) { Self.write(Array((line + "\n").utf8), to: STDERR_FILENO) }
     /// Raw bytes to standard output.
-    func write(_ bytes: [UInt8]) { FileHandle.standardOutput.write(Data(bytes)) }
+    func write(_ bytes: [UInt8]) { Self.write(bytes, to: STDOUT_FILENO) }
+    /// Text to standard error as it is (progress lines that rewrite themselves with `\r`).
+    func progress(_ text: String) { Self.write(Array(text.utf8), to: STDERR_FILENO) }
+
+    /// Writes every byte to `descriptor`. When standard output's reader has gone away (EPIPE), the
+    /// process ends by SIGPIPE, as it would had its parent not ignored that signal (an ignored SIGPIPE
+    /// is inherited); any other failure to write standard output (a full disk, an I/O error) is exit 3
+    /// naming it. What was decided before stays durable either way: sending the lines again answers
+    /// them. A failure to write standard error is ignored: there is nowhere left to report it.
+    static func write(_ bytes: [UInt8], to descriptor: Int32) {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress.map { $0 + offset }, $0.count - offset) }
+            if written >= 0 {
+                offset += written
+                continue
+            }
+            let code = errno
+            if code == EINTR { continue }
+            guard descriptor == STDOUT_FILENO else { return }
+            if code == EPIPE {
+                signal(SIGPIPE, SIG_DFL)
+                raise(SIGPIPE)
+            }
+            write(Array("error: writing standard output failed: \(String(cString: strerror(code)))\n".utf8), to: STDERR_FILENO)
+            exit(ExitCode.storeError.rawValue)
+        }
+    }
 }
 
 /// Parsed `--name value` options, `--flag`s and positional arguments, checked against what a

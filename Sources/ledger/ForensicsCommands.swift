@@ -183,7 +183,7 @@ struct CheckpointCommand: Subcommand {
             try writeFile(Data(try ledger.signer().publicKey.pem.utf8), to: path)
         }
         guard let out = arguments.value("out") else {
-            FileHandle.standardOutput.write(Data(text.utf8))
+            console.write(Array(text.utf8))
             return .success
         }
         try writeFile(Data(text.utf8), to: out)
@@ -214,7 +214,7 @@ struct SigningKeyCommand: Subcommand {
         if let out = arguments.value("out") {
             try writeFile(Data(pem.utf8), to: out)
         } else {
-            FileHandle.standardOutput.write(Data(pem.utf8))
+            console.write(Array(pem.utf8))
         }
         return .success
     }

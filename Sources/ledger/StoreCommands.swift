@@ -255,7 +255,7 @@ enum Progress {
         guard isatty(STDERR_FILENO) == 1 else { return nil }
         return { done, total in
             let percent = total == 0 ? 100 : Int(done * 100 / total)
-            FileHandle.standardError.write(Data("\r\(label): \(done)/\(total) records (\(percent)%)\(done == total ? "\n" : "")".utf8))
+            console.progress("\r\(label): \(done)/\(total) records (\(percent)%)\(done == total ? "\n" : "")")
         }
     }
 
@@ -266,7 +266,7 @@ enum Progress {
         return { stage, done, total in
             let percent = total == 0 ? 100 : Int(min(done, total) * 100 / total)
             let line = "\r\(label): \(stage): \(done)/\(total) \(units[stage] ?? "") (\(percent)%)\(done >= total ? "\n" : "")"
-            FileHandle.standardError.write(Data(line.utf8))
+            Console().progress(line)
         }
     }
 }

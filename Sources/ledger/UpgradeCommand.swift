@@ -35,13 +35,13 @@ struct UpgradeCommand: Subcommand {
         let progress: ((FormatOneUpgrade.Phase, UInt64, UInt64) -> Void)? =
             isatty(STDERR_FILENO) == 1
             ? { phase, done, total in
-                if let lastPhase, lastPhase != phase { FileHandle.standardError.write(Data("\n".utf8)) }
+                if let lastPhase, lastPhase != phase { console.progress("\n") }
                 lastPhase = phase
                 let percent = total == 0 ? 100 : Int(done * 100 / total)
-                FileHandle.standardError.write(Data("\rupgrade: \(phase.rawValue): \(done)/\(total) records (\(percent)%)".utf8))
+                console.progress("\rupgrade: \(phase.rawValue): \(done)/\(total) records (\(percent)%)")
             } : nil
         let report = try FormatOneUpgrade.upgrade(from: from, to: to, keyDirectory: keys, clock: { LedgerTime.now() }, progress: progress)
-        if lastPhase != nil { FileHandle.standardError.write(Data("\n".utf8)) }
+        if lastPhase != nil { console.progress("\n") }
         console.out(
             JSONLine.render([
                 "from": from.path, "to": to.path, "formatOneRecords": report.formatOneRecords, "records": report.records,
