@@ -97,12 +97,8 @@ struct BenchCommand: Subcommand {
         guard FileManager.default.isReadableFile(atPath: linesFile) else { throw CLIError.usage("cannot read --lines \(linesFile)") }
         let chunks = max(try arguments.integer("chunks") ?? 10, 1)
         let samples = max(try arguments.integer("samples") ?? 200, 1)
-        let temporary = arguments.value("dir") == nil
-        let directory =
-            arguments.value("dir").map { URL(fileURLWithPath: $0) }
-            ?? FileManager.default.temporaryDirectory.appendingPathComponent("ledger-bench-\(getpid())")
+        let (directory, temporary) = freshDirectory(arguments)
         defer { if temporary { try? FileManager.default.removeItem(at: directory) } }
-        try? FileManager.default.removeItem(at: directory)
         guard let environment = AppleEnvironment(rawValue: arguments.value("environment") ?? "Production") else {
             throw CLIError.usage("--environment is not Production, Sandbox, Xcode or LocalTesting")
         }
@@ -205,15 +201,19 @@ struct BenchCommand: Subcommand {
         return .success
     }
 
+    /// The store directory of a benchmark, emptied: `--dir`, or a temporary one (`temporary`: remove it afterwards).
+    static func freshDirectory(_ arguments: Arguments) -> (directory: URL, temporary: Bool) {
+        let named = arguments.value("dir").map { URL(fileURLWithPath: $0) }
+        let directory = named ?? FileManager.default.temporaryDirectory.appendingPathComponent("ledger-bench-\(getpid())")
+        try? FileManager.default.removeItem(at: directory)
+        return (directory, named == nil)
+    }
+
     static func binds(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let held = try arguments.integer("held") ?? 7_000
         let binds = max(try arguments.integer("binds") ?? 1_000, 1)
-        let temporary = arguments.value("dir") == nil
-        let directory =
-            arguments.value("dir").map { URL(fileURLWithPath: $0) }
-            ?? FileManager.default.temporaryDirectory.appendingPathComponent("ledger-bench-\(getpid())")
+        let (directory, temporary) = freshDirectory(arguments)
         defer { if temporary { try? FileManager.default.removeItem(at: directory) } }
-        try? FileManager.default.removeItem(at: directory)
         let configuration = LedgerConfiguration(bundleId: "com.example.myrecipes", environment: .production, appAppleId: 1_234_567_890)
         let ledger = try Ledger.initialize(at: directory, configuration: configuration)
         let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)

@@ -13,16 +13,6 @@ import Testing
 /// a decision. The failure is injected through the service's signature check; the service runs in
 /// this process on a new ledger.
 @Suite struct FirebaseTokenFailureTests {
-    /// Whether the injected signature check fails.
-    final class Switch: @unchecked Sendable {
-        private let lock = NSLock()
-        private var state = false
-        var on: Bool {
-            get { lock.withLock { state } }
-            set { lock.withLock { state = newValue } }
-        }
-    }
-
     @Test func aTokenWhoseSignatureCannotBeCheckedIs500LoggedAndReadsOrDecidesNothing() throws {
         let (ledger, directory) = try Fixtures.ledger()
         defer { directory.remove() }

@@ -11,16 +11,6 @@ import Testing
 /// verifier its token is wrong) and never a decision. The failure is injected through the hash
 /// `ServiceTokens` is built with; the service runs in this process on a new ledger.
 @Suite struct ServiceTokenFailureTests {
-    /// Whether the injected hash fails; off while the token file is parsed.
-    final class Switch: @unchecked Sendable {
-        private let lock = NSLock()
-        private var state = false
-        var on: Bool {
-            get { lock.withLock { state } }
-            set { lock.withLock { state = newValue } }
-        }
-    }
-
     @Test func aTokenThatCannotBeCheckedIs500LoggedAndDecidesNothing() throws {
         let (ledger, directory) = try Fixtures.ledger()
         defer { directory.remove() }

@@ -314,6 +314,17 @@ public enum FormatOneFixture {
     public static func file(_ name: String) throws -> Data { try Data(contentsOf: directory.appendingPathComponent(name)) }
 }
 
+/// A switch flipped by a test and read from other threads (for example an injected failure).
+public final class Switch: @unchecked Sendable {
+    private let lock = NSLock()
+    private var state = false
+    public init() {}
+    public var on: Bool {
+        get { lock.withLock { state } }
+        set { lock.withLock { state = newValue } }
+    }
+}
+
 /// Values added from many threads (a server's completions, answers' statuses, log lines, retries),
 /// read back as a list in the order they were added.
 public final class Collected<Element>: @unchecked Sendable {
