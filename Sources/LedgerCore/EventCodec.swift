@@ -300,6 +300,9 @@ public enum EventCodec {
 
     struct Decoder {
         var context: Context
+        /// Whether an event is being decoded inside a roster-change proposal (which holds exactly one
+        /// roster change, never another proposal: damaged bytes must not recurse without end).
+        var insideProposal = false
 
         func time(_ r: inout ByteReader) throws(DecodingFailure) -> Timestamp { try offset(context.at, by: try r.zigzag()) }
 
@@ -460,6 +463,9 @@ public enum EventCodec {
                         coSignature: coSignature))
             case .rosterChangeProposed:
                 try allow(head, 0, "roster-change-proposed")
+                guard !insideProposal else { throw DecodingFailure("roster-change-proposed inside another roster-change-proposed") }
+                insideProposal = true
+                defer { insideProposal = false }
                 guard let change = RosterChange(try decode(&r)), change.coSignedBy == nil else {
                     throw DecodingFailure("roster-change-proposed holds no single-signed roster change")
                 }

@@ -107,6 +107,16 @@ enum Samples {
         #expect(throws: RecordDecodingError.self) { try RecordCodec.decode(bytes + [0], sequence: 7) }
     }
 
+    /// Damaged bytes that nest roster-change proposals without end are refused, not decoded until the
+    /// stack overflows (found by RecordDecoderFuzzer).
+    @Test func nestedRosterChangeProposalsAreRefusedNotRecursed() {
+        let bytes = [UInt8](repeating: 19, count: 200_000)  // the roster-change-proposed tag, over and over
+        bytes.withUnsafeBytes { buffer in
+            var reader = ByteReader(buffer)
+            #expect(throws: DecodingFailure.self) { _ = try EventCodec.decode(from: &reader, at: 0) }
+        }
+    }
+
     /// The effects and decision of a purchase repeat its lineage, account, product and expiry as
     /// back-references: they add a few bytes, not 16 per key and ~30 per product.
     @Test func effectsReferToTheFactInsteadOfRepeatingIt() {
