@@ -138,6 +138,9 @@ final class PostgresConnection {
         }
         // Errors come back as exceptions; notices (e.g. "relation already exists, skipping") are dropped.
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
+        // Prepared statements are parsed once but planned on every execution with their parameters: a
+        // plan cached while a table was small (a sequential scan) would otherwise outlive its growth.
+        try query("SET plan_cache_mode = force_custom_plan")
     }
 
     deinit { PQfinish(handle) }
@@ -159,22 +162,46 @@ final class PostgresConnection {
 
     @discardableResult
     func query(_ statement: PostgresStatement) throws -> PostgresRows {
-        let result = try withParameters(statement.parameters) { types, values, lengths, formats in
-            PQexecParams(handle, statement.sql, Int32(statement.parameters.count), types, values, lengths, formats, 1)
+        guard let name = try prepared(statement) else { return try check(PQexecParams(handle, statement.sql, 0, nil, nil, nil, nil, 1)) }
+        let result = withParameters(statement.parameters) { _, values, lengths, formats in
+            PQexecPrepared(handle, name, Int32(statement.parameters.count), values, lengths, formats, 1)
         }
         return try check(result)
+    }
+
+    /// Statements with parameters, prepared on this session (by text and parameter types) under their names.
+    private var preparedNames: [PreparedKey: String] = [:]
+
+    private struct PreparedKey: Hashable {
+        var sql: String
+        var types: [Oid]
+    }
+
+    /// The name `statement` is prepared under on this session, preparing it the first time (one round
+    /// trip per statement per session: the server parses and plans it once, not on every group); nil
+    /// for a statement without parameters (BEGIN, COMMIT, the schema), which is sent as it is.
+    private func prepared(_ statement: PostgresStatement) throws -> String? {
+        guard !statement.parameters.isEmpty else { return nil }
+        let key = PreparedKey(sql: statement.sql, types: statement.parameters.map(\.oid))
+        if let name = preparedNames[key] { return name }
+        let name = "ledger_\(preparedNames.count + 1)"
+        _ = try check(PQprepare(handle, name, statement.sql, Int32(key.types.count), key.types))
+        preparedNames[key] = name
+        return name
     }
 
     /// Sends every statement at once (libpq's pipeline mode: one round trip) and returns each one's
     /// rows. When one fails, the ones after it are not run, and its error is thrown.
     @discardableResult
     func pipeline(_ statements: [PostgresStatement]) throws -> [PostgresRows] {
+        let names = try statements.map(prepared)
         guard PQenterPipelineMode(handle) == 1 else { throw failure(nil) }
         var sent = 0
         var sendError: PostgresError?
-        for statement in statements {
+        for (statement, name) in zip(statements, names) {
             let ok = withParameters(statement.parameters) { types, values, lengths, formats in
-                PQsendQueryParams(handle, statement.sql, Int32(statement.parameters.count), types, values, lengths, formats, 1)
+                if let name { return PQsendQueryPrepared(handle, name, Int32(statement.parameters.count), values, lengths, formats, 1) }
+                return PQsendQueryParams(handle, statement.sql, 0, nil, nil, nil, nil, 1)
             }
             guard ok == 1 else {
                 sendError = failure(nil)
