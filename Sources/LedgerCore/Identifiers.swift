@@ -112,7 +112,8 @@ public struct LineageKey: Hashable, Comparable, Sendable, CustomStringConvertibl
     public var description: String { key.hex }
 }
 
-/// The pseudonym of an account (a random 16-byte value issued by the identity vault). Events
+/// The pseudonym of an account (16 bytes issued by the identity vault: the log position at issue,
+/// then 10 random bytes; `LedgerStore.issuePseudonym`). Events
 /// name accounts only by pseudonym; the UID mapping is deleted with the account.
 public struct AccountID: Hashable, Comparable, Sendable, CustomStringConvertible {
     public let key: Key128
@@ -125,6 +126,9 @@ public struct AccountID: Hashable, Comparable, Sendable, CustomStringConvertible
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.key < rhs.key }
     public var bytes: [UInt8] { key.bytes }
     public var description: String { key.hex }
+    /// The account named briefly in text: "…" and the last 8 hex digits (the first ones are the
+    /// position it was issued at, which accounts issued close together share).
+    public var shortDescription: String { "…" + description.suffix(8) }
 }
 
 /// Identifies an enrolled support staff member (chosen by the roster administrator, e.g. "alice").

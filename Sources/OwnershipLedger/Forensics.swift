@@ -192,7 +192,7 @@ public enum Forensics {
             entitledAfter: state.activeEntitlement(at: record.at) != nil)
     }
 
-    static func short(_ account: AccountID) -> String { "account \(account.description.prefix(8))…" }
+    static func short(_ account: AccountID) -> String { "account \(account.shortDescription)" }
 
     static func describe(_ event: LedgerEvent) -> String {
         switch event {

@@ -242,7 +242,7 @@ public enum ReleaseEvidence {
         }
     }
 
-    static func short(_ account: AccountID) -> String { "account \(account.description.prefix(8))…" }
+    static func short(_ account: AccountID) -> String { "account \(account.shortDescription)" }
     static func short(_ lineage: LineageKey) -> String { "\(lineage.description.prefix(8))…" }
 
     // MARK: Finding instances

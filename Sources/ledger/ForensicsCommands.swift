@@ -70,8 +70,8 @@ func renderText(_ steps: [Forensics.Step]) -> [String] {
         let binding: String
         switch step.state.binding {
         case .unbound: binding = "unbound"
-        case .bound(let account): binding = "bound " + account.description.prefix(8)
-        case .tombstoned(let account): binding = "tombstone " + account.description.prefix(8)
+        case .bound(let account): binding = "bound " + account.shortDescription
+        case .tombstoned(let account): binding = "tombstone " + account.shortDescription
         }
         lines.append(
             pad(seqs, 11) + "  " + pad(LedgerTime.format(step.recordedAt), 24) + "  " + pad(step.decision?.outcome.rawValue ?? "-", 9)

@@ -169,7 +169,7 @@ import Testing
         let store = try newStore()
         defer { directory.remove() }
         let uid = "firebase-uid-SECRET-1234"
-        let issued = try store.issuePseudonym(forUID: uid)
+        let issued = try store.issuePseudonym(forUID: uid, position: 1)
         try store.write { _, writer in
             var batch = EngineBatch()
             batch.vaultInserts = [(issued.vaultKey, issued.account, issued.sealedUID)]
@@ -185,7 +185,21 @@ import Testing
         }
         #expect(try store.read { try store.pseudonym(ofUID: uid, in: $0) } == nil)
         #expect(try store.read { try store.uid(of: issued.account, in: $0) } == nil)
-        #expect(try store.issuePseudonym(forUID: uid).account != issued.account)
+        #expect(try store.issuePseudonym(forUID: uid, position: 1).account != issued.account)
+    }
+
+    @Test func pseudonymsStartWithTheirPositionAndAreRandomAfterIt() throws {
+        let store = try newStore()
+        defer { directory.remove() }
+        let positions: [UInt64] = [1, 255, 256, 70_000, 1 << 40, (1 << 48) - 1]
+        let issued = try positions.map { try store.issuePseudonym(forUID: "uid-\($0)", position: $0).account }
+        for (position, account) in zip(positions, issued) {
+            let expected: [UInt8] = withUnsafeBytes(of: position.bigEndian) { Array($0.suffix(6)) }
+            #expect(Array(account.bytes.prefix(6)) == expected)
+        }
+        #expect(issued == issued.sorted())
+        let again = try (0..<8).map { _ in try store.issuePseudonym(forUID: "uid-1", position: 1).account }
+        #expect(Set(again.map { Array($0.bytes.suffix(10)) }).count == again.count)
     }
 
     @Test func lineageKeysAreKeyedHashesOfPlatformEnvironmentAndId() throws {

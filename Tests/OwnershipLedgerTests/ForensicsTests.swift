@@ -406,7 +406,7 @@ import Testing
         #expect(steps.map { $0["decision"] as? String } == ["granted", "denied", "recorded", "denied"])
         #expect(steps.map { $0["binding"] as? String } == ["bound", "bound", "tombstoned", "tombstoned"])
         let requesting = verified.json["requestingAccount"] as? String ?? "?"
-        #expect((steps[1]["what"] as? String)?.contains("restore by account \(requesting.prefix(8))") == true)
+        #expect((steps[1]["what"] as? String)?.contains("restore by account …\(requesting.suffix(8))") == true)
 
         let key = try Ed25519PublicKey(pem: try String(contentsOfFile: keyFile, encoding: .utf8))
         #expect(throws: Never.self) { try DisputeBundle.verify(data, publicKey: key) }
