@@ -498,8 +498,11 @@ struct LMDBAccess: EngineReader, EngineWriter {
                 try bytes.withUnsafeBytes { v in try txn.put(db.log, k, v, flags: MDB_APPEND) }
             }
         }
-        for entry in batch.entries {
-            let normal = normalized(entry)
+        // Each index's entries in key order: a commit's puts then walk each tree left to right, and
+        // entries sharing a leaf are put one after another while it is in cache. The order changes
+        // nothing stored (duplicates are kept sorted by value; every put is an insertion), except
+        // for Merkle nodes, which keep the batch's order.
+        for normal in Self.inKeyOrder(batch.entries.map(normalized)) {
             let dbi = db.of(normal.index)
             try Self.withKeyValue(normal) { k, v in
                 switch normal {
@@ -548,6 +551,28 @@ struct LMDBAccess: EngineReader, EngineWriter {
             }
         }
         for (key, value) in batch.meta { try putMeta(Array(key.rawValue.utf8), value) }
+    }
+
+    /// `entries` (normalized) with the `commands`, `lineages` and `account-lineages` entries sorted by
+    /// index, key and value, as LMDB orders them, followed by every other entry in its own order.
+    static func inKeyOrder(_ entries: [IndexEntry]) -> [IndexEntry] {
+        typealias Order = (index: Int, key: Key128, value: Key128)
+        func order(_ entry: IndexEntry) -> Order? {
+            switch entry {
+            case .command(let key, let sequence): (0, Key128(high: key.high, low: 0), Key128(high: sequence, low: 0))
+            case .lineage(let lineage, let sequence, let command): (1, lineage.key, Key128(high: sequence, low: command.high))
+            case .accountLineage(let account, let lineage, _): (2, account.key, lineage.key)
+            case .merkleNode, .malformed: nil
+            }
+        }
+        var sorted: [(Order, IndexEntry)] = []
+        var others: [IndexEntry] = []
+        sorted.reserveCapacity(entries.count)
+        for entry in entries {
+            if let order = order(entry) { sorted.append((order, entry)) } else { others.append(entry) }
+        }
+        sorted.sort { a, b in (a.0.index, a.0.key, a.0.value) < (b.0.index, b.0.key, b.0.value) }
+        return sorted.map(\.1) + others
     }
 
     func putMeta(_ key: [UInt8], _ value: [UInt8]) throws {

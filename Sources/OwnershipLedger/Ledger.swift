@@ -118,15 +118,27 @@ public final class Ledger: @unchecked Sendable {
     func submit(prepared groups: [PreparedGroup]) throws -> [[Decision]] {
         try store.write { reader, writer in
             var group = try WriteGroup(store: store, reader: reader, clock: clock)
-            let all = groups.flatMap(\.submissions)
-            for case let (uid?, vaultKey?) in all.map({ ($0.uid, $0.vaultKey) }) { group.remember(vaultKey: vaultKey, of: uid) }
-            try group.prefetch(commands: all.map(\.commandRef), uids: all.compactMap(\.uid))
+            // The keys of every submission, gathered without copying the submissions themselves.
+            var commands: [CommandRef] = []
+            var uids: [String] = []
+            var lineages: [LineageKey] = []
+            var deletedUIDs: [String] = []
+            for prepared in groups.lazy.flatMap(\.submissions) {
+                commands.append(prepared.commandRef)
+                if let uid = prepared.uid {
+                    uids.append(uid)
+                    if let vaultKey = prepared.vaultKey { group.remember(vaultKey: vaultKey, of: uid) }
+                }
+                if let lineage = prepared.lineage { lineages.append(lineage) }
+                if case .deleteAccount(let uid) = prepared.submission { deletedUIDs.append(uid) }
+            }
+            try group.prefetch(commands: commands, uids: uids)
             // A deletion decides on every lineage of its account: load them for all the group's deletions at once.
             var deleting: [AccountID] = []
-            for case .deleteAccount(let uid) in all.map(\.submission) {
+            for uid in deletedUIDs {
                 if let account = try group.pseudonym(ofUID: uid) { deleting.append(account) }
             }
-            try group.load(lineages: all.compactMap(\.lineage), accounts: deleting)
+            try group.load(lineages: lineages, accounts: deleting)
             let decisions = try groups.map { prepared in try prepared.submissions.map { try decide($0, in: &group) } }
             try writer.apply(group.batch())
             return decisions
@@ -220,10 +232,11 @@ public final class Ledger: @unchecked Sendable {
             erasedUID = uid
         }
         try group.load(lineages: command.lineages, accounts: erasedUID == nil ? [] : command.accounts)
-        let before = group.state
-        let events = Decider.decide(command, state: before, at: prepared.at)
-        if let prior, isRetry(prepared.submission, prior: prior, decided: events, before: before) {
-            return answer(toRetryOf: prior, lineage: command.lineages.first, at: prepared.at, state: before)
+        // Read `group.state` in place, never through a copy kept past `append`: a copy alive while
+        // `append` evolves the state would make it copy every lineage the group loaded, per line.
+        let events = Decider.decide(command, state: group.state, at: prepared.at)
+        if let prior, isRetry(prepared.submission, prior: prior, decided: events, before: group.state) {
+            return answer(toRetryOf: prior, lineage: command.lineages.first, at: prepared.at, state: group.state)
         }
         let record = try group.append(events, at: prepared.at, command: prepared.command, attempt: attempt)
         if let erasedUID { try group.eraseIdentity(uid: erasedUID) }

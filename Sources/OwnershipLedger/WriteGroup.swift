@@ -59,6 +59,8 @@ struct WriteGroup {
         }
         if !wanted.isEmpty {
             let states = try reader.lineageStates(wanted)
+            state.lineages.reserveCapacity(state.lineages.count + states.count)
+            persistedLineages.reserveCapacity(persistedLineages.count + states.count)
             for lineage in wanted where !loadedLineages.contains(lineage) {
                 loadedLineages.insert(lineage)
                 if let persisted = states[lineage] {
