@@ -2,16 +2,24 @@
 # The PostgreSQL benchmark (`make bench-postgres`, docs/benchmarks.md): decisions/s of the
 # gen_history workload with 1, 2 and 4 `ledger submit` writer processes on one store, PostgreSQL
 # (a throwaway local cluster, durable: fsync on) beside LMDB; then rebuild and verify rate and
-# bytes per line of each. Prints one table; figures only, nothing is asserted.
+# bytes per line of each. Prints one table (with the load average at each figure: the machine may be
+# shared); figures only, nothing is asserted.
 #
 #   LINES=200000   lines of ../shared/tools/gen_history.py (generated once into .build/bench)
 #   WRITERS="1 2 4"
+#   ENGINES="lmdb postgres"
 #   LEDGER=.build/release/ledger
+#   COMPARE=PATH   a second ledger binary (e.g. one built from an older commit): each figure is measured
+#                  for LEDGER then COMPARE, PAIRS times in alternation, on the same cluster; compare ratios
+#   PAIRS=1
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 LINES=${LINES:-200000}
 WRITERS=${WRITERS:-1 2 4}
+ENGINES=${ENGINES:-lmdb postgres}
 LEDGER=${LEDGER:-.build/release/ledger}
+COMPARE=${COMPARE:-}
+PAIRS=${PAIRS:-1}
 GEN_HISTORY=${GEN_HISTORY:-../shared/tools/gen_history.py}
 work=.build/bench/postgres
 mkdir -p .build/bench "$work"
@@ -49,29 +57,35 @@ config=(--bundle-id com.example.myrecipes --environment Production --app-apple-i
 now() { date +%s.%N; }
 rate() { python3 -c "print(round($1 / ($3 - $2)))"; }
 
-printf '%-10s %-8s %12s %14s\n' engine writers seconds decisions/s
-for engine in lmdb postgres; do
+printf '%-10s %-8s %-8s %12s %14s   %s\n' engine writers binary seconds decisions/s load
+for engine in $ENGINES; do
     for n in $WRITERS; do
         split_lines "$n"
-        if [ "$engine" = postgres ]; then
-            database=$((database + 1))
-            psql -h "$cluster" -U postgres -d postgres -qXc "CREATE DATABASE bench$database" >/dev/null
-            rm -rf "$work/keys-$database"
-            store=(--store "postgresql:///bench$database?host=$socket&user=postgres" --keys "$work/keys-$database")
-        else
-            rm -rf "$work/lmdb-$n"
-            store=(--store "$work/lmdb-$n")
-        fi
-        "$LEDGER" init "${config[@]}" "${store[@]}" >/dev/null
-        start=$(now)
-        for i in $(seq 0 $((n - 1))); do
-            "$LEDGER" submit --trust-decoded "${store[@]}" <"$work/part-$n-$i.jsonl" >"$work/answers-$engine-$n-$i.jsonl" &
+        for pair in $(seq "$PAIRS"); do
+            for binary in "$LEDGER" $COMPARE; do
+                label=$([ "$binary" = "$LEDGER" ] && echo LEDGER || echo COMPARE)
+                if [ "$engine" = postgres ]; then
+                    database=$((database + 1))
+                    psql -h "$cluster" -U postgres -d postgres -qXc "CREATE DATABASE bench$database" >/dev/null
+                    rm -rf "$work/keys-$database"
+                    store=(--store "postgresql:///bench$database?host=$socket&user=postgres" --keys "$work/keys-$database")
+                else
+                    rm -rf "$work/lmdb-$n"
+                    store=(--store "$work/lmdb-$n")
+                fi
+                "$binary" init "${config[@]}" "${store[@]}" >/dev/null
+                start=$(now)
+                for i in $(seq 0 $((n - 1))); do
+                    "$binary" submit --trust-decoded "${store[@]}" <"$work/part-$n-$i.jsonl" >"$work/answers-$engine-$n-$i.jsonl" &
+                done
+                wait
+                end=$(now)
+                answered=$(cat "$work"/answers-"$engine"-"$n"-*.jsonl | wc -l)
+                printf '%-10s %-8s %-8s %12.2f %14s   %s\n' "$engine" "$n" "$label" "$(python3 -c "print($end - $start)")" \
+                    "$(rate "$answered" "$start" "$end")" "$(cut -d' ' -f1-3 /proc/loadavg)"
+                last_store=("${store[@]}")
+            done
         done
-        wait
-        end=$(now)
-        answered=$(cat "$work"/answers-"$engine"-"$n"-*.jsonl | wc -l)
-        printf '%-10s %-8s %12.2f %14s\n' "$engine" "$n" "$(python3 -c "print($end - $start)")" "$(rate "$answered" "$start" "$end")"
-        last_store=("${store[@]}")
     done
     records=$("$LEDGER" stats "${last_store[@]}" | python3 -c "import json,sys; print(json.load(sys.stdin)['records'])")
     bytes=$("$LEDGER" stats "${last_store[@]}" | python3 -c "import json,sys; o=json.load(sys.stdin); print(o.get('databaseBytes') or o['dataFileBytes'])")
