@@ -12,7 +12,7 @@ struct BenchCommand: Subcommand {
                                     [--bundle-id ID] [--environment E] [--app-apple-id N]
                ledger bench binds [--held N] [--binds N] [--dir DIR]
                ledger bench serve [--clients N] [--requests N] [--route transactions|submit] [--batch N]
-                                  [--fixtures DIR] [--dir DIR]
+                                  [--purchases-per-account N] [--fixtures DIR] [--server LEDGER] [--dir DIR]
                ledger bench sign --in FILE --out FILE [--fixtures DIR]
 
         `bench history` creates a fresh ledger in DIR (default a temporary directory, removed afterwards; the defaults match
@@ -37,10 +37,13 @@ struct BenchCommand: Subcommand {
         `bench serve` starts `ledger serve` on a fresh store and drives it with --clients keep-alive
         clients on loopback (default 64): --requests (default 20,000) signed purchases to
         POST /v1/transactions, each a new lineage bought by a new account with its own Firebase ID token,
+        (--purchases-per-account N: each account buys N new lineages with its one token, default 1),
         or with --route submit as NDJSON batches of --batch lines (default 100) to POST /v1/submit. It
         signs them with the test keys under --fixtures (default ./Tests, the repository's) and prints
-        decisions/s, latency percentiles, the commit group sizes and the server's anonymous memory
-        through the run (docs/benchmarks.md; `make bench-serve`).
+        decisions/s, latency percentiles, the commit group sizes, the server's anonymous memory
+        through the run, and the CPU the server and the clients each used per decision while the
+        load ran (docs/benchmarks.md; `make bench-serve`). --server runs that `ledger` binary as the
+        server instead of this one: two builds compared under the same clients.
 
         `bench sign` (benchmark tooling for `make bench-submit`) rewrites trusted-decoded submit lines (FILE, e.g.
         gen_history.py's) into the same lines carrying App Store JWS signed with the test keys under --fixtures:
@@ -52,7 +55,7 @@ struct BenchCommand: Subcommand {
         """
     static let options: Set<String> = [
         "lines", "chunks", "samples", "dir", "bundle-id", "environment", "app-apple-id", "clients", "requests", "route", "batch", "fixtures",
-        "in", "out", "held", "binds",
+        "server", "purchases-per-account", "in", "out", "held", "binds",
     ]
     static let positionals = 1...1
 
@@ -83,11 +86,16 @@ struct BenchCommand: Subcommand {
         options.clients = max(1, try arguments.integer("clients") ?? options.clients)
         options.requests = max(1, try arguments.integer("requests") ?? options.requests)
         options.batch = max(1, try arguments.integer("batch") ?? options.batch)
+        options.purchasesPerAccount = max(1, try arguments.integer("purchases-per-account") ?? options.purchasesPerAccount)
         options.route = arguments.value("route") ?? options.route
         guard ["transactions", "submit"].contains(options.route) else {
             throw CLIError.usage("--route \(options.route) is not transactions or submit")
         }
         if let fixtures = arguments.value("fixtures") { options.fixtures = URL(fileURLWithPath: fixtures) }
+        if let server = arguments.value("server") {
+            guard FileManager.default.isExecutableFile(atPath: server) else { throw CLIError.usage("--server \(server) is not an executable file") }
+            options.server = URL(fileURLWithPath: server)
+        }
         console.out(JSONLine.render(try ServeBenchmark.run(options) { console.err("bench: \($0)") }))
         return .success
     }

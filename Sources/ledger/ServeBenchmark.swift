@@ -15,7 +15,13 @@ enum ServeBenchmark {
         /// `transactions` (one signed purchase per request) or `submit` (NDJSON batches).
         var route = "transactions"
         var batch = 100
+        /// Purchases each account makes with its one Firebase ID token (apps reuse a token for up to
+        /// an hour): 1 verifies every token once; more shows what the verified-token cache saves.
+        var purchasesPerAccount = 1
         var fixtures = URL(fileURLWithPath: "Tests")
+        /// The `ledger` binary to run as the server; this one when nil. Two builds' servers can so be
+        /// compared under the very same clients.
+        var server: URL?
         var directory: URL
     }
 
@@ -33,16 +39,19 @@ enum ServeBenchmark {
                 rootCertificates: [try Data(contentsOf: apple.appendingPathComponent("testCA.der"))]))
 
         let decisions = options.route == "submit" ? options.requests * options.batch : options.requests
-        // Each purchase is a new lineage bought by a new account, as in production (one account holds
-        // a few lineages, never thousands: that would measure a pathological read model instead).
-        log("signing \(decisions) purchases with the test PKI and \(options.route == "submit" ? 0 : decisions) Firebase ID tokens")
+        // Each purchase is a new lineage bought by a new account (or N per account, each account with
+        // one token, with --purchases-per-account), as in production (one account holds a few
+        // lineages, never thousands: that would measure a pathological read model instead).
+        let perAccount = max(1, options.purchasesPerAccount)
+        let accounts = options.route == "submit" ? 0 : (decisions + perAccount - 1) / perAccount
+        log("signing \(decisions) purchases with the test PKI and \(accounts) Firebase ID tokens")
         let chain = try ["testLeaf.der", "testIntermediate.der", "testCA.der"].map {
             [UInt8](try Data(contentsOf: apple.appendingPathComponent($0)))
         }
         let appleKey = try String(contentsOf: apple.appendingPathComponent("testLeaf.key.pem"), encoding: .utf8)
         let firebaseKey = try String(contentsOf: firebase.appendingPathComponent("token-signer-1.key.pem"), encoding: .utf8)
         let now = Int64(Date().timeIntervalSince1970)
-        let purchases = try (0..<decisions).map { index in
+        let purchases = try signedInParallel(decisions) { index in
             let start = (now - 3_600) * 1000
             let id = String(4_000_000_000_000_000 + index)
             return try TestJWSSigner.sign(
@@ -53,7 +62,7 @@ enum ServeBenchmark {
                     "type": "Auto-Renewable Subscription",
                 ], chain: chain, privateKeyPEM: appleKey)
         }
-        let tokens = try (0..<(options.route == "submit" ? 0 : decisions)).map { user in
+        let tokens = try signedInParallel(accounts) { user in
             try TestTokenSigner.sign(
                 claims: TestTokenSigner.claims(projectId: projectId, uid: "bench-user-\(user)", now: now), keyId: "test-key-1",
                 algorithm: .rs256(privateKeyPEM: firebaseKey))
@@ -71,19 +80,26 @@ enum ServeBenchmark {
                 return request("/v1/submit", bearer: serviceToken, body: lines.joined(separator: "\n") + "\n")
             }
             return request(
-                "/v1/transactions", bearer: tokens[index],
+                // An account's purchases are spread through the run (one app does not buy four things at once).
+                "/v1/transactions", bearer: tokens[index % accounts],
                 body: JSONLine.render(["type": "purchase", "signedTransaction": purchases[index]]))
         }
 
         let server = try Server(
-            store: store, certificates: firebase.appendingPathComponent("certificates.json"), tokenFile: tokenFile,
-            log: options.directory.appendingPathComponent("serve.log"))
+            executable: options.server, store: store, certificates: firebase.appendingPathComponent("certificates.json"),
+            tokenFile: tokenFile, log: options.directory.appendingPathComponent("serve.log"))
         defer { server.stop() }
         log("ledger serve listening on port \(server.port); \(options.clients) clients, \(options.requests) requests to /v1/\(options.route)")
         let load = Load(requests: requests, clients: options.clients, port: server.port, sampleMemory: server.anonymousKiB)
+        let serverCPUBefore = server.cpuSeconds()
+        let clientCPUBefore = BenchCommand.processCPUNanoseconds()
         let started = Date()
         load.run()
         let seconds = Date().timeIntervalSince(started)
+        // CPU per decision during the load alone, for the server and for these clients: figures that
+        // other processes on the cores inflate far less than decisions/s.
+        let clientCPU = Double(BenchCommand.processCPUNanoseconds() - clientCPUBefore) / 1e9
+        let serverCPU = server.cpuSeconds() - serverCPUBefore
         let metrics = try server.metrics()
         let latencies = load.latencies.sorted()
         func percentile(_ p: Double) -> Double {
@@ -101,14 +117,40 @@ enum ServeBenchmark {
             // are resident too but grow with the store, not with the load.
             "serverAnonymousMiB": load.memory.map { Double($0 / 1024) },
             "serverPeakResidentMiB": Double(server.peakResidentKiB() / 1024),
-            "serverCPUSeconds": server.cpuSeconds(),
+            "serverCPUSeconds": (server.cpuSeconds() * 100).rounded() / 100,
+            "serverCPUMsPerDecision": (serverCPU / Double(decisions) * 1e5).rounded() / 100,
+            "clientCPUMsPerDecision": (clientCPU / Double(decisions) * 1e5).rounded() / 100,
             "cores": ProcessInfo.processInfo.activeProcessorCount,
         ]
-        if options.route == "submit" { figures["batch"] = options.batch }
+        if options.route == "submit" { figures["batch"] = options.batch } else { figures["purchasesPerAccount"] = perAccount }
         figures.merge(metrics) { $1 }
         let exit = server.stop()
         figures["serverExitStatus"] = Int(exit)
         return figures
+    }
+
+    /// `count` values of `sign(index)`, made on every core (signing 20,000 tokens and JWS one by one
+    /// takes minutes); the first error thrown, if any.
+    static func signedInParallel(_ count: Int, _ sign: @Sendable (Int) throws -> String) throws -> [String] {
+        final class Results: @unchecked Sendable {
+            let lock = NSLock()
+            var values: [String?]
+            var error: (any Error)?
+            init(_ count: Int) { values = Array(repeating: nil, count: count) }
+        }
+        let results = Results(count)
+        let slices = max(1, min(count, ProcessInfo.processInfo.activeProcessorCount))
+        DispatchQueue.concurrentPerform(iterations: slices) { slice in
+            var signed: [(Int, String)] = []
+            do {
+                for index in stride(from: slice, to: count, by: slices) { signed.append((index, try sign(index))) }
+            } catch {
+                results.lock.withLock { results.error = results.error ?? error }
+            }
+            results.lock.withLock { for (index, value) in signed { results.values[index] = value } }
+        }
+        if let error = results.error { throw error }
+        return results.values.map { $0 ?? "" }
     }
 
     /// A keep-alive HTTP/1.1 request.
@@ -124,8 +166,8 @@ enum ServeBenchmark {
         let port: UInt16
         private var stopped: Int32?
 
-        init(store: URL, certificates: URL, tokenFile: URL, log: URL) throws {
-            process.executableURL = URL(fileURLWithPath: Bundle.main.executablePath ?? CommandLine.arguments[0])
+        init(executable: URL?, store: URL, certificates: URL, tokenFile: URL, log: URL) throws {
+            process.executableURL = executable ?? URL(fileURLWithPath: Bundle.main.executablePath ?? CommandLine.arguments[0])
             process.arguments = [
                 "serve", "--store", store.path, "--listen", "127.0.0.1:0", "--firebase-project-id", ServeBenchmark.projectId,
                 "--firebase-certificates", certificates.path, "--service-token-file", tokenFile.path,
@@ -171,7 +213,7 @@ enum ServeBenchmark {
             else { return 0 }
             let fields = text[text.index(after: close)...].split(separator: " ")
             guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
-            return ((user + system) / Double(sysconf(Int32(_SC_CLK_TCK))) * 100).rounded() / 100
+            return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
         }
 
         /// Commit group sizes and queue figures from `/metrics`.
@@ -272,10 +314,15 @@ enum ServeBenchmark {
     }
 
     /// One keep-alive connection. It reads answers framed by `Content-Length`, which is how
-    /// `ledger serve` sends every answer; it is the benchmark's client, not an HTTP implementation.
+    /// `ledger serve` sends every answer; it is the benchmark's client, not an HTTP implementation,
+    /// and is kept cheap (one receive buffer, headers scanned as bytes) so that the clients take as
+    /// little as they can of the cores the server runs on.
     final class Connection {
         private let socket: Int32
-        private var buffer: [UInt8] = []
+        /// Received bytes; those before `start` are consumed.
+        private var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        private var start = 0
+        private var end = 0
 
         init(port: UInt16) throws {
             socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -305,30 +352,63 @@ enum ServeBenchmark {
                 guard written > 0 else { throw Failure() }
                 sent += written
             }
-            let separator: [UInt8] = [13, 10, 13, 10]
             var headerEnd: Int?
-            while headerEnd == nil {
-                headerEnd = buffer.firstRange(of: separator)?.upperBound
-                if headerEnd == nil { try fill() }
+            while true {
+                headerEnd = Self.headerEnd(buffer, from: start, to: end)
+                if headerEnd != nil { break }
+                try fill()
             }
             guard let headerEnd else { throw Failure() }
-            let head = String(decoding: buffer[..<headerEnd], as: UTF8.self).lowercased()
-            let status = Int(head.split(separator: " ").dropFirst().first ?? "") ?? 0
-            let length =
-                head.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }.flatMap {
-                    Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces))
-                } ?? 0
-            while buffer.count < headerEnd + length { try fill() }
+            let (status, length) = Self.statusAndLength(buffer[start..<headerEnd])
+            while end < headerEnd + length { try fill() }
             let body = Array(buffer[headerEnd..<(headerEnd + length)])
-            buffer.removeFirst(headerEnd + length)
+            start = headerEnd + length
+            if start == end { (start, end) = (0, 0) }
             return (status, body)
         }
 
+        /// The index just past the first CRLF CRLF in `bytes[from..<to]`.
+        private static func headerEnd(_ bytes: [UInt8], from: Int, to: Int) -> Int? {
+            var index = from
+            while index + 3 < to {
+                if bytes[index] == 13, bytes[index + 1] == 10, bytes[index + 2] == 13, bytes[index + 3] == 10 { return index + 4 }
+                index += 1
+            }
+            return nil
+        }
+
+        /// The status code of a response head and its `Content-Length` (0 when absent).
+        private static func statusAndLength(_ head: ArraySlice<UInt8>) -> (Int, Int) {
+            func number(_ digits: some Sequence<UInt8>) -> Int {
+                digits.prefix { $0 >= 48 && $0 <= 57 }.reduce(0) { $0 * 10 + Int($1 - 48) }
+            }
+            let afterVersion = head.drop { $0 != 32 }.dropFirst()
+            let status = number(afterVersion)
+            let name = Array("content-length:".utf8)
+            var length = 0
+            var line = head.startIndex
+            while line < head.endIndex {
+                let lineEnd = head[line...].firstIndex(of: 10) ?? head.endIndex
+                if lineEnd - line > name.count, zip(head[line...], name).allSatisfy({ $0 | 0x20 == $1 | 0x20 }) {
+                    length = number(head[(line + name.count)..<lineEnd].drop { $0 == 32 || $0 == 9 })
+                }
+                line = lineEnd + 1
+            }
+            return (status, length)
+        }
+
         private func fill() throws {
-            var chunk = [UInt8](repeating: 0, count: 65_536)
-            let count = recv(socket, &chunk, chunk.count, 0)
+            if start > 0 {
+                buffer.withUnsafeMutableBufferPointer { bytes in
+                    guard let base = bytes.baseAddress else { return }
+                    base.update(from: base + start, count: end - start)
+                }
+                (start, end) = (0, end - start)
+            }
+            if end == buffer.count { buffer += [UInt8](repeating: 0, count: buffer.count) }
+            let count = buffer.withUnsafeMutableBytes { bytes in recv(socket, bytes.baseAddress.map { $0 + end }, bytes.count - end, 0) }
             guard count > 0 else { throw Failure() }
-            buffer += chunk[0..<count]
+            end += count
         }
     }
 }

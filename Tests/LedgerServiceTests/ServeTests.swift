@@ -317,7 +317,10 @@ import Testing
 
 /// `ledger bench serve` keeps working: a tiny run of each route answers every request 200.
 @Suite struct ServeBenchmarkTests {
-    @Test(arguments: [["--route", "transactions", "--requests", "40"], ["--route", "submit", "--requests", "4", "--batch", "10"]])
+    @Test(arguments: [
+        ["--route", "transactions", "--requests", "40"], ["--route", "transactions", "--requests", "40", "--purchases-per-account", "4"],
+        ["--route", "submit", "--requests", "4", "--batch", "10"],
+    ])
     func benchServeRunsEndToEnd(_ route: [String]) throws {
         let directory = TemporaryDirectory("bench-serve")
         defer { directory.remove() }
@@ -330,6 +333,12 @@ import Testing
         #expect(figures["statuses"] as? [String: Int] == ["200": Int(route[3]) ?? 0])
         #expect(figures["serverExitStatus"] as? Int == 0)
         #expect((figures["commits"] as? Int ?? 0) >= 1)
+        #expect(figures["serverCPUMsPerDecision"] as? Double != nil && figures["clientCPUMsPerDecision"] as? Double != nil)
+    }
+
+    @Test func benchServeRefusesAServerThatIsNotAnExecutable() throws {
+        let result = try LedgerBinary.run(["bench", "serve", "--server", "/nonexistent/ledger", "--requests", "1"])
+        #expect(result.status == 2 && result.stderr.contains("--server /nonexistent/ledger is not an executable file"), "\(result.stderr)")
     }
 }
 
