@@ -124,6 +124,13 @@ public struct FirebaseUser: Equatable, Sendable {
 /// `https://securetoken.google.com/<project id>`, `exp` in the future and `iat` and `auth_time`
 /// in the past (within ``clockSkew`` seconds), `sub` 1 to 128 characters. Revocation is not
 /// checked: that needs Google's API.
+///
+/// Apps send the same token for up to an hour, so tokens that verified are remembered (a bounded
+/// ``VerifiedTokens`` cache keyed by SHA-256 of the token's bytes): a token seen before costs a
+/// hash instead of a parse and an RSA verification. The cache never widens what is accepted: on
+/// every request `exp`, `iat` and `auth_time` are checked against the clock again, and the token's
+/// `kid` must still name the very certificate its signature was verified with (after a rotation,
+/// or when the `kid` is gone, the token is verified again in full, and refused if it must be).
 public final class FirebaseTokenVerifier: Sendable {
     public let projectId: String
     /// Seconds of clock difference tolerated on `exp`, `iat` and `auth_time`.
@@ -131,28 +138,34 @@ public final class FirebaseTokenVerifier: Sendable {
     private let keys: FirebaseKeySource
     private let clock: @Sendable () -> Int64
     private let checkSignature: SignatureCheck
+    private let verified: VerifiedTokens
 
     /// Checks an RS256 signature of a message with a key: true or false is a verdict; a thrown
     /// ``CryptoError`` (libcrypto failing) is none.
     package typealias SignatureCheck = @Sendable (RSAPublicKey, _ signature: [UInt8], _ message: [UInt8]) throws(CryptoError) -> Bool
 
+    /// `cacheCapacity`: the most verified tokens remembered (0: none, every token verified in full).
     public convenience init(
         projectId: String, keys: FirebaseKeySource, clockSkew: Int64 = 300,
-        clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+        clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }, cacheCapacity: Int = 10_000
     ) {
-        self.init(projectId: projectId, keys: keys, clockSkew: clockSkew, clock: clock, checkSignature: Self.libcryptoRS256)
+        self.init(
+            projectId: projectId, keys: keys, clockSkew: clockSkew, clock: clock, cacheCapacity: cacheCapacity,
+            checkSignature: Self.libcryptoRS256)
     }
 
     /// A verifier whose signatures are checked by `checkSignature` (libcrypto's RS256 but in tests).
     package init(
         projectId: String, keys: FirebaseKeySource, clockSkew: Int64 = 300,
-        clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }, checkSignature: @escaping SignatureCheck
+        clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }, cacheCapacity: Int = 10_000,
+        checkSignature: @escaping SignatureCheck
     ) {
         self.projectId = projectId
         self.keys = keys
         self.clockSkew = clockSkew
         self.clock = clock
         self.checkSignature = checkSignature
+        verified = VerifiedTokens(capacity: cacheCapacity)
     }
 
     /// libcrypto's RSASSA-PKCS1-v1_5 SHA-256 check.
@@ -160,12 +173,26 @@ public final class FirebaseTokenVerifier: Sendable {
         try key.isValidRS256Signature(signature, for: message)
     }
 
+    /// How many verifications were answered from the cache of verified tokens, and how many not.
+    public var cacheCounts: (hits: Int, misses: Int) { verified.counts }
+
     /// The account `token` proves, or why it proves none.
     public func verify(_ token: String) -> Result<FirebaseUser, TokenError> {
         Result { () throws(TokenError) in try check(token) }
     }
 
     private func check(_ text: String) throws(TokenError) -> FirebaseUser {
+        let digest = verified.isEnabled ? VerifiedTokens.digest(text) : nil
+        if let digest, let entry = verified[digest] {
+            let now = clock()
+            // The same bytes verified before: what they say was checked then; what depends on the
+            // clock and on the current certificate set is checked now.
+            if case .success(let key) = keys.key(for: entry.keyId), key === entry.key {
+                try checkTimes(expiresAt: entry.user.expiresAt, issuedAt: entry.issuedAt, authTime: entry.authTime, now: now)
+                return entry.user
+            }
+            verified.remove(digest)
+        }
         let token = try FirebaseIDToken(text)
         guard token.algorithm == "RS256" else {
             throw TokenError(.unsupportedAlgorithm, "alg \(token.algorithm) is not RS256, the only algorithm Firebase ID tokens use")
@@ -178,13 +205,8 @@ public final class FirebaseTokenVerifier: Sendable {
         guard token.issuer == "https://securetoken.google.com/\(projectId)" else {
             throw TokenError(.wrongIssuer, "iss is not https://securetoken.google.com/\(projectId)")
         }
-        let now = clock()
-        guard let expiresAt = token.expiresAt else { throw TokenError(.malformedToken, "the token has no exp") }
-        guard expiresAt + clockSkew > now else { throw TokenError(.expired, "the token has expired: get a fresh ID token") }
-        guard let issuedAt = token.issuedAt else { throw TokenError(.malformedToken, "the token has no iat") }
-        guard issuedAt - clockSkew <= now else { throw TokenError(.issuedInFuture, "iat is in the future") }
-        guard let authTime = token.authTime else { throw TokenError(.malformedToken, "the token has no auth_time") }
-        guard authTime - clockSkew <= now else { throw TokenError(.authTimeInFuture, "auth_time is in the future") }
+        let (expiresAt, issuedAt, authTime) = try checkTimes(
+            expiresAt: token.expiresAt, issuedAt: token.issuedAt, authTime: token.authTime, now: clock())
         guard let uid = token.subject, (1...128).contains(uid.count) else {
             throw TokenError(.invalidSubject, "sub (the UID) must be 1 to 128 characters")
         }
@@ -196,6 +218,105 @@ public final class FirebaseTokenVerifier: Sendable {
             throw TokenError(.cryptoFailure, "the signature could not be checked: \(error)")
         }
         guard valid else { throw TokenError(.invalidSignature, "the signature does not verify with key \(keyId)") }
-        return FirebaseUser(uid: uid, expiresAt: expiresAt)
+        let user = FirebaseUser(uid: uid, expiresAt: expiresAt)
+        if let digest {
+            verified[digest] = VerifiedTokens.Entry(user: user, issuedAt: issuedAt, authTime: authTime, keyId: keyId, key: key)
+        }
+        return user
+    }
+
+    /// `exp` in the future, `iat` and `auth_time` in the past, each within ``clockSkew``: the three, present.
+    @discardableResult
+    private func checkTimes(expiresAt: Int64?, issuedAt: Int64?, authTime: Int64?, now: Int64) throws(TokenError) -> (
+        expiresAt: Int64, issuedAt: Int64, authTime: Int64
+    ) {
+        guard let expiresAt else { throw TokenError(.malformedToken, "the token has no exp") }
+        guard expiresAt + clockSkew > now else { throw TokenError(.expired, "the token has expired: get a fresh ID token") }
+        guard let issuedAt else { throw TokenError(.malformedToken, "the token has no iat") }
+        guard issuedAt - clockSkew <= now else { throw TokenError(.issuedInFuture, "iat is in the future") }
+        guard let authTime else { throw TokenError(.malformedToken, "the token has no auth_time") }
+        guard authTime - clockSkew <= now else { throw TokenError(.authTimeInFuture, "auth_time is in the future") }
+        return (expiresAt, issuedAt, authTime)
+    }
+}
+
+/// Tokens that verified, by SHA-256 of their bytes, with what their verification established and
+/// the certificate it used. Bounded: two generations of at most half the capacity each; when the
+/// current one is full it becomes the previous one (and the previous one is dropped), so tokens in
+/// use stay (a hit in the previous generation moves the entry to the current one) and memory stays
+/// flat. Only successes are kept. Safe to use from any number of threads.
+final class VerifiedTokens: @unchecked Sendable {
+    struct Entry {
+        let user: FirebaseUser
+        let issuedAt: Int64
+        let authTime: Int64
+        let keyId: String
+        /// The certificate's key the signature verified with (compared by identity).
+        let key: RSAPublicKey
+    }
+
+    /// A SHA-256 digest as four words (cheap to hash and compare).
+    struct Digest256: Hashable {
+        let a: UInt64, b: UInt64, c: UInt64, d: UInt64
+    }
+
+    private let half: Int
+    private let lock = NSLock()
+    private var current: [Digest256: Entry] = [:]
+    private var previous: [Digest256: Entry] = [:]
+    private var hits = 0
+    private var misses = 0
+
+    init(capacity: Int) { half = max(0, capacity) / 2 }
+
+    var isEnabled: Bool { half > 0 }
+
+    var counts: (hits: Int, misses: Int) { lock.withLock { (hits, misses) } }
+
+    /// SHA-256 of `token`'s UTF-8 bytes; nil only when libcrypto fails (the token is then verified in full).
+    static func digest(_ token: String) -> Digest256? {
+        guard let bytes = try? LedgerCrypto.Digest.sha256(Array(token.utf8)), bytes.count == 32 else { return nil }
+        func word(_ at: Int) -> UInt64 { bytes[at..<(at + 8)].reduce(0) { $0 << 8 | UInt64($1) } }
+        return Digest256(a: word(0), b: word(8), c: word(16), d: word(24))
+    }
+
+    subscript(digest: Digest256) -> Entry? {
+        get {
+            lock.withLock {
+                if let entry = current[digest] {
+                    hits += 1
+                    return entry
+                }
+                guard let entry = previous.removeValue(forKey: digest) else {
+                    misses += 1
+                    return nil
+                }
+                hits += 1
+                insert(entry, digest)
+                return entry
+            }
+        }
+        set {
+            lock.withLock {
+                if let newValue { insert(newValue, digest) } else { current[digest] = nil }
+            }
+        }
+    }
+
+    func remove(_ digest: Digest256) {
+        lock.withLock {
+            current[digest] = nil
+            previous[digest] = nil
+        }
+    }
+
+    /// Under `lock`.
+    private func insert(_ entry: Entry, _ digest: Digest256) {
+        if current.count >= half, current[digest] == nil {
+            previous = current
+            current = [:]
+            current.reserveCapacity(half)
+        }
+        current[digest] = entry
     }
 }

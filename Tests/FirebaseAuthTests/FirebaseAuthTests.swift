@@ -140,6 +140,93 @@ import Testing
         #expect(verifier(clockSkew: 0).verify(fourMinutesEarly).failure?.code == .issuedInFuture)
     }
 
+    @Test func aTokenSeenBeforeIsAnsweredFromTheCacheWithItsTimesCheckedAgainOnEveryUse() throws {
+        let clock = Clock()
+        let verifier = verifier(clock: clock)
+        let token = try Self.token()
+        let alice = FirebaseUser(uid: "alice-uid", expiresAt: Self.now + 3600)
+        #expect(try verifier.verify(token).get() == alice)
+        #expect(try verifier.verify(token).get() == alice)
+        #expect(verifier.cacheCounts == (hits: 1, misses: 1))
+        // The clock, not the cache, decides: expired (exp + 5 minutes of skew), then iat and
+        // auth_time in the future, each refused from the cached entry.
+        clock.advance(3600 + 300)
+        #expect(verifier.verify(token).failure?.code == .expired)
+        clock.advance(-(3600 + 300) - 301)
+        #expect(verifier.verify(token).failure?.code == .issuedInFuture)
+        let lateAuth = try Self.token { $0["auth_time"] = Self.now + 200 }
+        clock.advance(301)
+        #expect(try verifier.verify(lateAuth).get() == alice)
+        clock.advance(-101)
+        #expect(verifier.verify(lateAuth).failure?.code == .authTimeInFuture)
+        #expect(verifier.cacheCounts == (hits: 4, misses: 2), "each refusal above came from the cached entry")
+        // Back inside the window: accepted again; a refusal never leaves an entry behind.
+        clock.advance(101)
+        #expect(try verifier.verify(token).get() == alice)
+        let tampered = Self.swapPayload(of: token, with: try Self.token(uid: "mallory"))
+        #expect(verifier.verify(tampered).failure?.code == .invalidSignature)
+        #expect(verifier.verify(tampered).failure?.code == .invalidSignature)
+    }
+
+    @Test func aRotatedOrWithdrawnCertificateIsNeverServedFromTheCache() throws {
+        let directory = TemporaryDirectory("firebase-rotation")
+        defer { directory.remove() }
+        let file = directory.path("certificates.json")
+        func install(_ set: [String: Int]) throws {
+            var object: [String: String] = [:]
+            for (kid, signer) in set { object[kid] = try Self.text("token-signer-\(signer).cert.pem") }
+            try JSONSerialization.data(withJSONObject: object).write(to: file)
+        }
+        try install(["test-key-1": 1])
+        let clock = Clock()
+        let source = FirebaseKeySource(.file(file.path), clock: { clock.now })
+        try source.load()
+        let verifier = FirebaseTokenVerifier(projectId: Self.projectId, keys: source, clock: { clock.now })
+        let token = try Self.token()
+        #expect(try verifier.verify(token).get().uid == "alice-uid")
+        #expect(try verifier.verify(token).get().uid == "alice-uid")
+        #expect(verifier.cacheCounts.hits == 1)
+        // Google withdraws the kid (the set is read again once a token names an unknown kid): the
+        // cached token names a kid the set lacks, and is refused.
+        try install(["test-key-2": 2])
+        clock.advance(60)
+        #expect(verifier.verify(try Self.token(keyId: "test-key-9")).failure?.code == .unknownKey, "this read the new set")
+        #expect(verifier.verify(token).failure?.code == .unknownKey)
+        #expect(verifier.verify(token).failure?.code == .unknownKey)
+        // The kid comes back: verified in full, and cached again.
+        try install(["test-key-1": 1])
+        clock.advance(60)
+        #expect(try verifier.verify(token).get().uid == "alice-uid")
+        #expect(try verifier.verify(token).get().uid == "alice-uid")
+        // The same kid now names another certificate: the cached verification was made with the old
+        // one, so the token is checked again, against the new one, and its signature fails.
+        try install(["test-key-1": 2])
+        clock.advance(60)
+        #expect(verifier.verify(try Self.token(keyId: "test-key-9")).failure?.code == .unknownKey, "this read the new set")
+        #expect(verifier.verify(token).failure?.code == .invalidSignature)
+        #expect(try verifier.verify(Self.token(uid: "bob", signer: 2)).get().uid == "bob")
+    }
+
+    @Test func theCacheIsBoundedAndCanBeTurnedOff() throws {
+        let clock = Clock()
+        let certificates = Self.keys.appendingPathComponent("certificates.json").path
+        let small = FirebaseTokenVerifier(
+            projectId: Self.projectId, keys: FirebaseKeySource(.file(certificates), clock: { clock.now }), clock: { clock.now },
+            cacheCapacity: 4)
+        let tokens = try (0..<10).map { try Self.token(uid: "user-\($0)") }
+        for (index, token) in tokens.enumerated() { #expect(try small.verify(token).get().uid == "user-\(index)") }
+        #expect(small.cacheCounts == (hits: 0, misses: 10))
+        #expect(try small.verify(tokens[9]).get().uid == "user-9")
+        #expect(try small.verify(tokens[0]).get().uid == "user-0")
+        #expect(small.cacheCounts == (hits: 1, misses: 11), "the newest is kept, the oldest was dropped and verified again")
+        let none = FirebaseTokenVerifier(
+            projectId: Self.projectId, keys: FirebaseKeySource(.file(certificates), clock: { clock.now }), clock: { clock.now },
+            cacheCapacity: 0)
+        #expect(try none.verify(tokens[0]).get().uid == "user-0")
+        #expect(try none.verify(tokens[0]).get().uid == "user-0")
+        #expect(none.cacheCounts == (hits: 0, misses: 0))
+    }
+
     @Test func aCertificateSetWithAnythingButRSACertificatesIsRefusedWhole() throws {
         let good = try Self.text("token-signer-1.cert.pem")
         let tlsCertificate = try String(
