@@ -68,13 +68,19 @@ public struct InvariantChecker: Sendable {
     /// Cases approved by a different approver enrolled at the time, for the requested plan.
     private var authorisedApprovals: Set<String> = []
     private let signatures: SignatureChecks?
-    /// Lean: ``state`` keeps no ``LedgerState/accountLineages`` sets and equal product ids share one
-    /// string; invariant 1 counts the lineages bound to each account instead (a whole-log replay).
+    /// Lean: the lineages are kept packed in ``leanLineages`` (``state`` has none) and no
+    /// ``LedgerState/accountLineages`` sets are kept; invariant 1 counts the lineages bound to each
+    /// account instead (a whole-log replay).
     private let lean: Bool
+    /// In lean mode: the lineages' states.
+    public private(set) var leanLineages = PackedLineages()
+    /// In lean mode: the lineage the record being checked works on (a record mostly names one),
+    /// read from ``leanLineages`` once and stored back when the record ends or names another.
+    private var workingLineage: LineageKey?
+    private var workingState: LineageState?
+    private var workingChanged = false
     /// In lean mode: how many lineages each account is bound to.
     private var boundCounts: [AccountID: Int32] = [:]
-    /// In lean mode: one string per product id.
-    private var products: [String: String] = [:]
     /// In lean mode, the lineages this checker keeps (by the first 8 bytes of their key); nil: all.
     private let lineageRange: ClosedRange<UInt64>?
     /// With a lineage range: invariant 1 as far as this range sees it (the sequence of an account's
@@ -101,7 +107,33 @@ public struct InvariantChecker: Sendable {
 
     /// Makes room for `count` lineages at once (a replay that knows about how many it will keep
     /// avoids growing the table, which briefly holds the old and the new one).
-    public mutating func reserveCapacity(lineages count: Int) { state.lineages.reserveCapacity(count) }
+    public mutating func reserveCapacity(lineages count: Int) {
+        if lean { leanLineages.reserveCapacity(count) } else { state.lineages.reserveCapacity(count) }
+    }
+
+    /// The lineages kept (in ``leanLineages`` when lean, else in ``state``).
+    public var lineageCount: Int { lean ? leanLineages.count : state.lineages.count }
+
+    /// The state of `lineage` so far.
+    private mutating func lineageState(_ lineage: LineageKey) -> LineageState {
+        guard lean else { return state.lineage(lineage) }
+        loadWorkingLineage(lineage)
+        return workingState ?? LineageState()
+    }
+
+    /// Makes `lineage` the working lineage (lean mode).
+    private mutating func loadWorkingLineage(_ lineage: LineageKey) {
+        guard workingLineage != lineage else { return }
+        storeWorkingLineage()
+        workingLineage = lineage
+        workingState = leanLineages[lineage]
+    }
+
+    /// Stores the working lineage's state back when it changed (lean mode).
+    private mutating func storeWorkingLineage() {
+        if workingChanged, let workingLineage { leanLineages[workingLineage] = workingState }
+        workingChanged = false
+    }
 
     /// Whether this checker keeps `lineage`.
     private func keeps(_ lineage: LineageKey?) -> Bool {
@@ -121,19 +153,23 @@ public struct InvariantChecker: Sendable {
 
     /// Checks one record against the state so far, event by event, then applies it; throws only what
     /// the signature checks throw (the rest of the record is then not applied).
-    public mutating func check(_ record: Record) throws {
-        let seq = record.sequence
+    public mutating func check(_ record: Record) throws { try check(sequence: record.sequence, events: record.events[...]) }
+
+    /// ``check(_:)`` of the record at `sequence` whose events are `events` (a replay keeps a
+    /// batch of records' events in one array).
+    public mutating func check(sequence seq: UInt64, events: ArraySlice<LedgerEvent>) throws {
         if seq != lastSequence + 1 {
             violations.append(InvariantViolation(invariant: 8, sequence: seq, message: "sequence \(seq) follows \(lastSequence)"))
         }
         lastSequence = seq
         cause = nil
-        for event in record.events {
+        defer { if lean { storeWorkingLineage() } }
+        for event in events {
             // Outside the range: a transfer step still updates its case (the cases are kept whole);
             // anything else about such a lineage is another pass's.
             switch event {
             case .transferRequested, .transferApproved, .transferApplied, .transferRefused: try check(event, sequence: seq)
-            default: if keeps(event.lineage) { try check(event, sequence: seq) }
+            default: if lineageRange == nil || keeps(event.lineage) { try check(event, sequence: seq) }
             }
         }
     }
@@ -193,13 +229,13 @@ public struct InvariantChecker: Sendable {
             }
             // Checked before the apply, which drops the lineage's entitlement: the decider ends the
             // previous account's entitlement first.
-            if let entitlement = state.lineage(e.lineage).entitlement, entitlement.account == e.source.account,
+            if let entitlement = lineageState(e.lineage).entitlement, entitlement.account == e.source.account,
                 entitlement.endedBecause == nil
             {
                 violated(6, "transfer \(e.caseId) applied while the previous account still holds a live entitlement on \(e.lineage)")
             }
         case .lineageBound(let lineage, let account):
-            let binding = state.lineage(lineage).binding
+            let binding = lineageState(lineage).binding
             if binding != .unbound {
                 violated(binding.isTombstone ? 4 : 1, "lineage \(lineage) bound to \(account) while \(binding.summary)")
                 violated(2, "lineage \(lineage) changed owner without a support transfer")
@@ -214,7 +250,7 @@ public struct InvariantChecker: Sendable {
                 violated(2, "lineage \(lineage) bound without a verified transaction")
             }
         case .entitlementGranted(let e):
-            let current = state.lineage(e.lineage)
+            let current = lineageState(e.lineage)
             let binding = current.binding
             if binding.isTombstone {
                 violated(4, "tombstoned lineage \(e.lineage) granted an entitlement")
@@ -237,11 +273,11 @@ public struct InvariantChecker: Sendable {
             }
         case .entitlementEnded(let lineage, let account, _), .entitlementRevoked(let lineage, let account, _),
             .entitlementReinstated(let lineage, let account):
-            if state.lineage(lineage).entitlement?.account != account {
+            if lineageState(lineage).entitlement?.account != account {
                 violated(3, "\(event.name) for \(account), which holds no entitlement on \(lineage)")
             }
         case .lineageTombstoned(let lineage, let account):
-            if state.lineage(lineage).binding != .bound(account) {
+            if lineageState(lineage).binding != .bound(account) {
                 violated(2, "lineage \(lineage) tombstoned for \(account), which does not own it")
             }
         case .accountDeleted(let account):
@@ -275,31 +311,20 @@ public struct InvariantChecker: Sendable {
         "account \(account) deleted while still bound to \(bound) lineage(s)"
     }
 
-    /// Applies `event` without account sets: the binding changes it makes adjust the bound counts.
+    /// Applies `event` to the packed lineages and the rest of the state, without account sets: the
+    /// binding changes it makes adjust the bound counts.
     private mutating func evolveLean(_ event: LedgerEvent) {
-        var changed: LineageKey?
-        switch event {
-        case .lineageBound(let lineage, _), .lineageTombstoned(let lineage, _): changed = lineage
-        case .transferApplied(let e): changed = e.lineage
-        case .accountDeleted(let account): boundCounts[account] = nil
-        default: break
-        }
-        let before = changed.flatMap { state.lineages[$0]?.binding }
-        StateProjection.evolve(&state, event, accountLineages: false)
-        if let changed, !keeps(changed) {
-            state.lineages[changed] = nil  // a transfer applied to a lineage of another range
-            return
-        }
-        if let changed, let after = state.lineages[changed]?.binding, after != before {
+        if case .accountDeleted(let account) = event { boundCounts[account] = nil }
+        StateProjection.evolve(beyondLineages: &state, event, accountLineages: false)
+        // A transfer applied to a lineage of another range changes only its case here.
+        guard let changed = StateProjection.changedLineage(event), keeps(changed) else { return }
+        loadWorkingLineage(changed)
+        let before = workingState?.binding
+        StateProjection.evolve(lineage: &workingState, event)
+        workingChanged = true
+        if let after = workingState?.binding, after != before {
             if case .bound(let account)? = before { boundCounts[account, default: 0] -= 1 }
             if case .bound(let account) = after { boundCounts[account, default: 0] += 1 }
-        }
-        if case .entitlementGranted(let e) = event {
-            if let shared = products[e.productId] {
-                state.lineages[e.lineage]?.entitlement?.productId = shared
-            } else {
-                products[e.productId] = e.productId
-            }
         }
     }
 

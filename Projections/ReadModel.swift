@@ -35,15 +35,23 @@ public enum ReadModel {
     /// `verify` walks beside the persisted read models.
     public struct OrderedEntries: Sendable {
         let state: LedgerState
+        /// The lineages' states when packed (a lean replay's), else nil: they are `state`'s.
+        let packed: PackedLineages?
         let deleted: [AccountID]
         let lineages: [LineageKey]
         /// Staff members and transfer cases (few), encoded and sorted.
         let small: [([UInt8], [UInt8])]
 
-        public init(_ state: LedgerState) {
+        public init(_ state: LedgerState) { self.init(state, packed: nil) }
+
+        /// The entries of a lean replay's state, whose lineages are `lineages` (``InvariantChecker/leanLineages``).
+        public init(_ state: LedgerState, lineages: PackedLineages) { self.init(state, packed: lineages) }
+
+        private init(_ state: LedgerState, packed: PackedLineages?) {
             self.state = state
+            self.packed = packed
             deleted = state.deletedAccounts.sorted()
-            lineages = state.lineages.keys.sorted()
+            lineages = packed?.sortedKeys() ?? state.lineages.keys.sorted()
             var partial = LedgerState()
             partial.staff = state.staff
             partial.transfers = state.transfers
@@ -70,7 +78,8 @@ public enum ReadModel {
                 guard try body(deletedKey(account), []) else { return }
             }
             for lineage in lineages[first(lineages, lineagePrefix, lineageKey)...] {
-                guard try body(lineageKey(lineage), encode(state.lineages[lineage] ?? LineageState())) else { return }
+                let value = if let packed { packed[lineage] } else { state.lineages[lineage] }
+                guard try body(lineageKey(lineage), encode(value ?? LineageState())) else { return }
             }
             for (key, value) in small where !key.lexicographicallyPrecedes(start) {
                 guard try body(key, value) else { return }

@@ -24,24 +24,53 @@ public enum StateProjection {
     /// ``evolve(_:_:)``; without `accountLineages`, ``LedgerState/accountLineages`` is left alone (a
     /// whole-log replay that does not need it keeps no set per account).
     public static func evolve(_ state: inout LedgerState, _ event: LedgerEvent, accountLineages: Bool) {
+        if let lineage = changedLineage(event) { evolve(lineage: &state.lineages[lineage], event) }
+        evolve(beyondLineages: &state, event, accountLineages: accountLineages)
+    }
+
+    /// The lineage whose state (binding or entitlement) `event` changes, if any.
+    public static func changedLineage(_ event: LedgerEvent) -> LineageKey? {
         switch event {
-        case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .transferRefused, .decisionIssued,
-            .storeUpgraded, .rosterChangeProposed:
-            break
-        case .lineageBound(let lineage, let account):
-            state.lineages[lineage, default: LineageState()].binding = .bound(account)
-            if accountLineages { state.accountLineages[account, default: []].insert(lineage) }
+        case .lineageBound(let lineage, _), .entitlementEnded(let lineage, _, _), .entitlementRevoked(let lineage, _, _),
+            .entitlementReinstated(let lineage, _), .lineageTombstoned(let lineage, _):
+            lineage
+        case .entitlementGranted(let e): e.lineage
+        case .transferApplied(let e): e.lineage
+        default: nil
+        }
+    }
+
+    /// What `event` does to the state of the lineage it changes (``changedLineage(_:)``); nil is a
+    /// lineage never bound nor granted, which an end, revocation or reinstatement leaves alone.
+    public static func evolve(lineage state: inout LineageState?, _ event: LedgerEvent) {
+        switch event {
+        case .lineageBound(_, let account):
+            state = LineageState(binding: .bound(account), entitlement: state?.entitlement)
         case .entitlementGranted(let e):
-            state.lineages[e.lineage, default: LineageState()].entitlement = Entitlement(
-                account: e.account, productId: e.productId, expiresAt: e.expiresAt)
-        case .entitlementEnded(let lineage, _, let reason):
-            state.lineages[lineage]?.entitlement?.endedBecause = reason
-        case .entitlementRevoked(let lineage, _, let revokedAt):
-            state.lineages[lineage]?.entitlement?.revokedAt = revokedAt
-        case .entitlementReinstated(let lineage, _):
-            state.lineages[lineage]?.entitlement?.revokedAt = nil
+            state = LineageState(
+                binding: state?.binding ?? .unbound, entitlement: Entitlement(account: e.account, productId: e.productId, expiresAt: e.expiresAt))
+        case .entitlementEnded(_, _, let reason):
+            state?.entitlement?.endedBecause = reason
+        case .entitlementRevoked(_, _, let revokedAt):
+            state?.entitlement?.revokedAt = revokedAt
+        case .entitlementReinstated:
+            state?.entitlement?.revokedAt = nil
+        case .lineageTombstoned(_, let account):
+            state = LineageState(binding: .tombstoned(formerAccount: account), entitlement: state?.entitlement)
+        case .transferApplied(let e):
+            state = LineageState(binding: .bound(e.target), entitlement: nil)
+        default:
+            break
+        }
+    }
+
+    /// Everything `event` changes besides lineage states: the account sets (with `accountLineages`),
+    /// deleted accounts, the roster and transfer cases.
+    public static func evolve(beyondLineages state: inout LedgerState, _ event: LedgerEvent, accountLineages: Bool) {
+        switch event {
+        case .lineageBound(let lineage, let account):
+            if accountLineages { state.accountLineages[account, default: []].insert(lineage) }
         case .lineageTombstoned(let lineage, let account):
-            state.lineages[lineage, default: LineageState()].binding = .tombstoned(formerAccount: account)
             if accountLineages { state.unlink(lineage, from: account) }
         case .accountDeleted(let account):
             if accountLineages { state.accountLineages[account] = nil }
@@ -55,12 +84,14 @@ public enum StateProjection {
         case .transferApproved(let e):
             state.transfers[e.caseId]?.approval = e
         case .transferApplied(let e):
-            state.lineages[e.lineage, default: LineageState()] = LineageState(binding: .bound(e.target), entitlement: nil)
             if accountLineages {
                 state.unlink(e.lineage, from: e.source.account)
                 state.accountLineages[e.target, default: []].insert(e.lineage)
             }
             state.transfers[e.caseId]?.applied = true
+        case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .transferRefused, .decisionIssued,
+            .storeUpgraded, .rosterChangeProposed, .entitlementGranted, .entitlementEnded, .entitlementRevoked, .entitlementReinstated:
+            break
         }
     }
 }

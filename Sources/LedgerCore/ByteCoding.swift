@@ -213,6 +213,21 @@ public struct ByteReader {
         guard remaining == 0 else { throw DecodingFailure("\(remaining) unexpected trailing bytes") }
     }
 
+    /// ``shortString()``, looked up first among the strings `strings` has seen (each was validated
+    /// when first decoded), so a string seen before costs neither validation nor allocation.
+    mutating func shortString(through strings: DecodedStrings) throws(DecodingFailure) -> String {
+        let count = try count()
+        try ensure(count)
+        let bytes = UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + count])
+        if let known = strings.string(bytes) {
+            offset += count
+            return known
+        }
+        let value = try utf8(count: count)
+        strings.remember(bytes, value)
+        return value
+    }
+
     private mutating func utf8(count: Int) throws(DecodingFailure) -> String {
         let start = offset
         try ensure(count)
@@ -240,5 +255,25 @@ public struct ByteReader {
         try ensure(size)
         defer { offset += size }
         return T(bigEndian: buffer.loadUnaligned(fromByteOffset: offset, as: T.self))
+    }
+}
+
+/// The strings a ``RecordDecoder`` has decoded (product ids, a few distinct ones repeated in
+/// millions of records), with their UTF-8 bytes. At most ``limit`` are kept. Not for sharing
+/// between threads.
+final class DecodedStrings {
+    static let limit = 64
+    private var known: [(bytes: [UInt8], value: String)] = []
+
+    /// The string whose UTF-8 is `bytes`, if seen before.
+    func string(_ bytes: UnsafeRawBufferPointer) -> String? {
+        for entry in known where entry.bytes.count == bytes.count {
+            if entry.bytes.withUnsafeBytes({ $0.elementsEqual(bytes) }) { return entry.value }
+        }
+        return nil
+    }
+
+    func remember(_ bytes: UnsafeRawBufferPointer, _ value: String) {
+        if known.count < Self.limit { known.append((Array(bytes), value)) }
     }
 }

@@ -283,12 +283,21 @@ public enum EventCodec {
 
     /// Decodes the events of a record whose business time is `at`, through the end of the reader.
     public static func decode(from r: inout ByteReader, at: Timestamp) throws(DecodingFailure) -> [LedgerEvent] {
-        var decoder = Decoder(context: Context(at: at))
         var events: [LedgerEvent] = []
         events.reserveCapacity(4)
-        while r.remaining > 0 { events.append(try decoder.decode(&r)) }
-        guard !events.isEmpty else { throw DecodingFailure("a record holds no event") }
+        try decode(from: &r, at: at, appendingTo: &events, strings: nil)
         return events
+    }
+
+    /// Appends the events of a record whose business time is `at` to `events` (on failure, some may
+    /// have been appended); product ids come through `strings` when given (``RecordDecoder``).
+    static func decode(
+        from r: inout ByteReader, at: Timestamp, appendingTo events: inout [LedgerEvent], strings: DecodedStrings?
+    ) throws(DecodingFailure) {
+        var decoder = Decoder(context: Context(at: at), strings: strings)
+        let start = events.count
+        while r.remaining > 0 { events.append(try decoder.decode(&r)) }
+        guard events.count > start else { throw DecodingFailure("a record holds no event") }
     }
 
     /// `base + delta`, refusing a time outside the 64-bit range.
@@ -300,6 +309,8 @@ public enum EventCodec {
 
     struct Decoder {
         var context: Context
+        /// Product ids decoded before (nil: each is validated and allocated anew).
+        let strings: DecodedStrings?
         /// Whether an event is being decoded inside a roster-change proposal (which holds exactly one
         /// roster change, never another proposal: damaged bytes must not recurse without end).
         var insideProposal = false
@@ -341,7 +352,8 @@ public enum EventCodec {
                 guard let product = context.product else { throw DecodingFailure("a product back-reference before any product") }
                 return product
             }
-            let product = try r.shortString()
+            let product: String
+            if let strings { product = try r.shortString(through: strings) } else { product = try r.shortString() }
             guard let current = context.product else {
                 context.product = product
                 return product

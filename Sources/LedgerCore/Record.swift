@@ -37,8 +37,11 @@ public struct Record: Equatable, Sendable {
     /// when it names one). Its idempotency entry is kept with that lineage's index entries, so one
     /// decision touches one lineage's part of the index; a command without one (a deletion, a support
     /// step) has an entry of its own.
-    public var homeLineage: LineageKey? {
-        switch events.first {
+    public var homeLineage: LineageKey? { Self.homeLineage(ofFact: events.first) }
+
+    /// The home lineage of a record whose first event is `fact` (``homeLineage``).
+    public static func homeLineage(ofFact fact: LedgerEvent?) -> LineageKey? {
+        switch fact {
         case .transactionSubmitted(let e)?: e.lineage
         case .notificationReceived(let e)?: e.lineage
         default: nil
@@ -128,6 +131,20 @@ public enum RecordCodec {
 
     /// Decodes stored bytes in one pass, checking every bound and that the encoding is canonical.
     public static func decode(_ stored: UnsafeRawBufferPointer, sequence: UInt64) throws(RecordDecodingError) -> Record {
+        var events: [LedgerEvent] = []
+        events.reserveCapacity(4)
+        var record = try decode(stored, sequence: sequence, appendingEventsTo: &events, strings: nil)
+        record.events = events
+        return record
+    }
+
+    /// ``decode(_:sequence:)``, but the events are appended to `events` (nothing is appended when
+    /// the bytes do not decode) and the record is returned without them; product ids come through
+    /// `strings` when given.
+    static func decode(
+        _ stored: UnsafeRawBufferPointer, sequence: UInt64, appendingEventsTo events: inout [LedgerEvent], strings: DecodedStrings?
+    ) throws(RecordDecodingError) -> Record {
+        let start = events.count
         do throws(DecodingFailure) {
             var r = ByteReader(stored)
             let format = try r.u8()
@@ -140,10 +157,29 @@ public enum RecordCodec {
             let at = try EventCodec.offset(recordedAt, by: try r.zigzag())
             let attempt = try r.varint()
             guard attempt <= UInt64(UInt32.max) else { throw DecodingFailure("attempt \(attempt) is out of range") }
-            let events = try EventCodec.decode(from: &r, at: at)
-            return Record(sequence: sequence, recordedAt: recordedAt, at: at, command: command, attempt: UInt32(attempt), events: events)
+            try EventCodec.decode(from: &r, at: at, appendingTo: &events, strings: strings)
+            return Record(sequence: sequence, recordedAt: recordedAt, at: at, command: command, attempt: UInt32(attempt), events: [])
         } catch {
+            events.removeSubrange(start...)
             throw RecordDecodingError(sequence: sequence, reason: error.message)
         }
+    }
+}
+
+/// Decodes the records of a log one after another (a replay), the events of many records into one
+/// array and each distinct product id once: a record then costs almost no allocation. The records
+/// and events are exactly what ``RecordCodec/decode(_:sequence:)`` gives. Not for sharing between
+/// threads.
+public struct RecordDecoder {
+    private let strings = DecodedStrings()
+
+    public init() {}
+
+    /// Decodes stored bytes, appends the record's events to `events` (nothing when the bytes do not
+    /// decode) and returns the record without them (its `events` empty).
+    public func decode(
+        _ stored: UnsafeRawBufferPointer, sequence: UInt64, appendingEventsTo events: inout [LedgerEvent]
+    ) throws(RecordDecodingError) -> Record {
+        try RecordCodec.decode(stored, sequence: sequence, appendingEventsTo: &events, strings: strings)
     }
 }

@@ -129,11 +129,16 @@ public final class SHA256Hasher {
         try check(EVP_DigestUpdate(context, buffer.baseAddress, buffer.count), "EVP_DigestUpdate(SHA256)")
     }
 
-    public func finish() throws -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: 32)
+    public func finish() throws -> [UInt8] { try finishDigest().bytes }
+
+    /// ``finish()`` without allocating: the digest held inline.
+    public func finishDigest() throws -> Digest32 {
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
         var length: UInt32 = 0
-        try check(EVP_DigestFinal_ex(context, &out, &length), "EVP_DigestFinal_ex(SHA256)")
+        try withUnsafeMutableBytes(of: &words) { out in
+            try check(EVP_DigestFinal_ex(context, out.baseAddress?.assumingMemoryBound(to: UInt8.self), &length), "EVP_DigestFinal_ex(SHA256)")
+        }
         guard length == 32 else { throw CryptoError("EVP_DigestFinal_ex(SHA256)", detail: "returned \(length) bytes, not 32") }
-        return out
+        return withUnsafeBytes(of: &words) { Digest32(loading: $0, at: 0) }
     }
 }

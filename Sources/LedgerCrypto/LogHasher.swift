@@ -13,27 +13,56 @@ public final class LogHasher {
 
     public func leafHash(_ record: UnsafeRawBufferPointer) throws -> Digest32 {
         var prefix: UInt8 = 0
-        return try withUnsafeBytes(of: &prefix) { try hash($0, record) }
+        try hasher.begin()
+        try withUnsafeBytes(of: &prefix) { try hasher.update($0) }
+        try hasher.update(record)
+        return try hasher.finishDigest()
     }
 
     public func leafHash(_ record: [UInt8]) throws -> Digest32 { try record.withUnsafeBytes { try leafHash($0) } }
 
     public func chain(_ previous: Digest32, sequence: UInt64, leaf: Digest32) throws -> Digest32 {
-        var position = sequence.bigEndian
-        return try previous.withBytes { p in
-            try withUnsafeBytes(of: &position) { n in try leaf.withBytes { l in try hash(p, n, l) } }
-        }
+        var message = Message()
+        message.append(previous)
+        message.append(sequence)
+        message.append(leaf)
+        return try hash(&message)
     }
 
     public func node(_ left: Digest32, _ right: Digest32) throws -> Digest32 {
-        var prefix: UInt8 = 1
-        return try withUnsafeBytes(of: &prefix) { p in try left.withBytes { l in try right.withBytes { r in try hash(p, l, r) } } }
+        var message = Message()
+        message.append(1 as UInt8)
+        message.append(left)
+        message.append(right)
+        return try hash(&message)
     }
 
-    private func hash(_ parts: UnsafeRawBufferPointer...) throws -> Digest32 {
+    private func hash(_ message: inout Message) throws -> Digest32 {
         try hasher.begin()
-        for part in parts { try hasher.update(part) }
-        guard let digest = Digest32(try hasher.finish()) else { throw CryptoError("SHA-256", detail: "the digest is not 32 bytes") }
-        return digest
+        try message.withBytes { try hasher.update($0) }
+        return try hasher.finishDigest()
+    }
+
+    /// A chain or node message (at most 72 bytes), assembled on the stack and hashed in one update.
+    private struct Message {
+        private var storage: (Digest32, Digest32, Digest32) = (.zero, .zero, .zero)
+        private var count = 0
+
+        mutating func append(_ digest: Digest32) { digest.withBytes { append($0) } }
+
+        mutating func append(_ value: UInt64) { withUnsafeBytes(of: value.bigEndian) { append($0) } }
+
+        mutating func append(_ value: UInt8) { withUnsafeBytes(of: value) { append($0) } }
+
+        private mutating func append(_ bytes: UnsafeRawBufferPointer) {
+            let start = count
+            withUnsafeMutableBytes(of: &storage) { UnsafeMutableRawBufferPointer(rebasing: $0[start..<start + bytes.count]).copyMemory(from: bytes) }
+            count += bytes.count
+        }
+
+        mutating func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+            let count = count
+            return try withUnsafeBytes(of: &storage) { try body(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+        }
     }
 }

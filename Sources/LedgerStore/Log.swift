@@ -92,24 +92,59 @@ public enum MerkleLog {
 /// command; its command on its own when it has no home lineage; and every lineage it binds to an
 /// account (a binding, or a transfer's target).
 public func impliedEntries(of record: Record, caseLineage: (String) -> LineageKey?) -> [IndexEntry] {
-    var entries: [IndexEntry] = record.homeLineage == nil ? [.command(record.command, sequence: record.sequence)] : []
-    var lineages = record.lineages
-    for event in record.events {
+    var entries: [IndexEntry] = []
+    forEachImpliedEntry(sequence: record.sequence, command: record.command, events: record.events[...], caseLineage: caseLineage) {
+        entries.append($0)
+    }
+    return entries
+}
+
+/// The entries of ``impliedEntries(of:caseLineage:)``, in the same order, one at a time, for the
+/// record at `sequence` of `command` whose events are `events` (a replay hashes each without
+/// collecting them).
+public func forEachImpliedEntry(
+    sequence: UInt64, command: Key128, events: ArraySlice<LedgerEvent>, caseLineage: (String) -> LineageKey?, _ body: (IndexEntry) -> Void
+) {
+    if Record.homeLineage(ofFact: events.first) == nil { body(.command(command, sequence: sequence)) }
+    var lineages = MentionedLineages()
+    for event in events {
+        if let lineage = event.lineage { lineages.add(lineage) }
+    }
+    for event in events {
         switch event {
         case .transferApproved(let e):
-            if let lineage = caseLineage(e.caseId), !lineages.contains(lineage) { lineages.append(lineage) }
+            if let lineage = caseLineage(e.caseId) { lineages.add(lineage) }
         case .transferRefused(let e):
-            if let lineage = caseLineage(e.caseId), !lineages.contains(lineage) { lineages.append(lineage) }
+            if let lineage = caseLineage(e.caseId) { lineages.add(lineage) }
         case .lineageBound(let lineage, let account):
-            entries.append(.accountLineage(account, lineage, sequence: record.sequence))
+            body(.accountLineage(account, lineage, sequence: sequence))
         case .transferApplied(let e):
-            entries.append(.accountLineage(e.target, e.lineage, sequence: record.sequence))
+            body(.accountLineage(e.target, e.lineage, sequence: sequence))
         default:
             break
         }
     }
-    for lineage in lineages { entries.append(.lineage(lineage, sequence: record.sequence, command: record.command)) }
-    return entries
+    lineages.forEach { body(.lineage($0, sequence: sequence, command: command)) }
+}
+
+/// Lineages in order of first mention, each once, with no allocation for the usual one.
+private struct MentionedLineages {
+    private var first: LineageKey?
+    private var more: [LineageKey] = []
+
+    mutating func add(_ lineage: LineageKey) {
+        if let first {
+            if lineage != first, !more.contains(lineage) { more.append(lineage) }
+        } else {
+            first = lineage
+        }
+    }
+
+    func forEach(_ body: (LineageKey) -> Void) {
+        guard let first else { return }
+        body(first)
+        for lineage in more { body(lineage) }
+    }
 }
 
 /// Appends records in a write group: assigns sequence numbers and `recordedAt` (never earlier than

@@ -158,8 +158,9 @@ extension LedgerStore {
 
 /// One pass's findings and the repairs they call for.
 struct Analysis {
-    /// The most lineages one pass keeps (about 35 MiB of state at the most); more make more passes.
-    static let lineagesPerPass = 150_000
+    /// The most lineages one pass keeps (packed, 56 bytes each in a table of 2^19 slots: about 30
+    /// MiB, and the peak heap stays under 64 MiB); more make more passes.
+    static let lineagesPerPass = 250_000
 
     /// How many passes the store's lineages need (estimated from its read models).
     static func passes(_ reader: any EngineReader, lineagesPerPass: Int) throws -> Int {
@@ -248,11 +249,20 @@ struct Analysis {
 
     var needsRepair: Bool { !damagedIndexes.isEmpty || readModelsDiffer || staleModelVersion }
 
-    /// Records handed from the thread that reads and hashes the log to the one that decodes and folds.
+    /// Decoded records handed from the thread that reads, hashes and decodes the log to the one that
+    /// checks and folds: the events of every record in one array, and each record's command and
+    /// where its events end.
     struct Batch {
         var first: UInt64
-        var bytes: [UInt8] = []
-        var ends: [Int] = []
+        var events: [LedgerEvent] = []
+        var records: [(command: Key128, end: Int)] = []
+        static let capacity = 1_024
+
+        init(first: UInt64) {
+            self.first = first
+            events.reserveCapacity(Self.capacity * 4)
+            records.reserveCapacity(Self.capacity)
+        }
     }
 
     /// A bounded queue of batches between the two threads.
@@ -303,7 +313,7 @@ struct Analysis {
         }
     }
 
-    /// What the decoding thread found.
+    /// What the folding thread found.
     final class Fold: @unchecked Sendable {
         var checker: InvariantChecker
         /// The first pass hashes the entries the records imply; later ones only fold.
@@ -312,30 +322,22 @@ struct Analysis {
             self.checker = checker
             self.indexes = indexes
         }
-        var implied = [EngineIndex: MultisetHash]()
+        /// By ``EngineIndex/position``.
+        var implied = [MultisetHash](repeating: MultisetHash(), count: EngineIndex.allCases.count)
         var events: UInt64 = 0
-        var lastRecordedAt: Timestamp = 0
-        /// The first record that does not decode or goes back in time.
-        var fault: ChainFault?
         var error: (any Error)?
         let done = DispatchSemaphore(value: 0)
 
-        /// Decodes, checks and folds the batches until the handoff closes or a record is bad.
+        /// Checks and folds the batches until the handoff closes.
         func run(_ handoff: Handoff, normalize: (IndexEntry) -> IndexEntry) {
             defer { done.signal() }
             do {
                 while let batch = handoff.take() {
                     var start = 0
                     var sequence = batch.first
-                    for end in batch.ends {
-                        let ok = try batch.bytes.withUnsafeBytes { all in
-                            try add(sequence, UnsafeRawBufferPointer(rebasing: all[start..<end]), normalize: normalize)
-                        }
-                        guard ok else {
-                            handoff.stop()
-                            return
-                        }
-                        start = end
+                    for record in batch.records {
+                        try add(sequence, command: record.command, events: batch.events[start..<record.end], normalize: normalize)
+                        start = record.end
                         sequence += 1
                     }
                 }
@@ -345,33 +347,20 @@ struct Analysis {
             }
         }
 
-        func add(_ sequence: UInt64, _ bytes: UnsafeRawBufferPointer, normalize: (IndexEntry) -> IndexEntry) throws -> Bool {
-            let record: Record
-            do throws(RecordDecodingError) {
-                record = try RecordCodec.decode(bytes, sequence: sequence)
-            } catch {
-                fault = ChainFault(sequence: sequence, through: sequence, reason: error.reason)
-                return false
-            }
-            guard record.recordedAt >= lastRecordedAt else {
-                fault = ChainFault(sequence: sequence, through: sequence, reason: "recorded before the record preceding it")
-                return false
-            }
-            lastRecordedAt = record.recordedAt
-            try checker.check(record)
+        func add(_ sequence: UInt64, command: Key128, events: ArraySlice<LedgerEvent>, normalize: (IndexEntry) -> IndexEntry) throws {
+            try checker.check(sequence: sequence, events: events)
             if indexes {
                 let transfers = checker.state.transfers
-                for entry in impliedEntries(of: record, caseLineage: { transfers[$0]?.request.plan.lineage }) {
-                    implied[entry.index, default: MultisetHash()].add(normalize(entry))
+                forEachImpliedEntry(sequence: sequence, command: command, events: events, caseLineage: { transfers[$0]?.request.plan.lineage }) {
+                    entry in implied[entry.index.position].add(normalize(entry))
                 }
             }
-            events += UInt64(record.events.count)
-            return true
+            self.events += UInt64(events.count)
         }
     }
 
-    /// One pass over the log on two threads: this one reads each record and hashes it (leaf, chain,
-    /// Merkle nodes against the stored ones) and then hashes the stored indexes; the other decodes,
+    /// One pass over the log on two threads: this one reads each record, hashes it (leaf, chain,
+    /// Merkle nodes against the stored ones) and decodes it, then hashes the stored indexes; the other
     /// checks the invariants, folds and hashes the entries the records imply. Then the fold is
     /// compared with the persisted read models, walking both in key order. Pass 0 of `count` does all
     /// of that; a later pass (`first` is pass 0's analysis) only folds its range of lineages, through
@@ -393,19 +382,36 @@ struct Analysis {
         let normalizer = Normalizer(reader: reader)
         Thread.detachNewThread { fold.run(handoff, normalize: normalizer.normalize) }
         var batch = Batch(first: 1)
-        let batchRecords = 2_048
+        let decoder = RecordDecoder()
+        /// The first record that does not decode or goes back in time: the records after it are not folded.
+        var decodeFault: ChainFault?
+        var lastRecordedAt: Timestamp = 0
         let label = count == 1 ? progress : progress.map { report in { done, total in report(UInt64(pass) * total + done, UInt64(count) * total) } }
         do {
             try reader.forEachRecord(from: 1, through: through) { sequence, bytes in
                 if hashing {
                     guard try walk.add(sequence, bytes, reader: reader, node: { impliedNodes.add($0) }) else { return false }
                 }
-                batch.bytes.append(contentsOf: bytes)
-                batch.ends.append(batch.bytes.count)
-                if batch.ends.count == batchRecords {
-                    handoff.put(batch)  // dropped once the other thread has stopped
-                    batch = Batch(first: sequence + 1)
-                    batch.bytes.reserveCapacity(batchRecords * 160)
+                if decodeFault == nil {
+                    let start = batch.events.count
+                    do throws(RecordDecodingError) {
+                        let record = try decoder.decode(bytes, sequence: sequence, appendingEventsTo: &batch.events)
+                        if record.recordedAt < lastRecordedAt {
+                            batch.events.removeSubrange(start...)
+                            decodeFault = ChainFault(sequence: sequence, through: sequence, reason: "recorded before the record preceding it")
+                        } else {
+                            lastRecordedAt = record.recordedAt
+                            batch.records.append((record.command, batch.events.count))
+                        }
+                    } catch {
+                        decodeFault = ChainFault(sequence: sequence, through: sequence, reason: error.reason)
+                    }
+                    // A later pass has nothing more to do; the first still hashes the rest of the chain.
+                    if decodeFault != nil && !hashing { return false }
+                    if batch.records.count == Batch.capacity {
+                        handoff.put(batch)  // dropped once the other thread has stopped
+                        batch = Batch(first: sequence + 1)
+                    }
                 }
                 if sequence % 10_000 == 0 { label?(sequence, through) }
                 return true
@@ -416,7 +422,7 @@ struct Analysis {
             fold.done.wait()
             throw error
         }
-        if !batch.ends.isEmpty { handoff.put(batch) }
+        if !batch.records.isEmpty { handoff.put(batch) }
         handoff.close()
         // The stored indexes, while the other thread folds.
         var stored = [EngineIndex: MultisetHash]()
@@ -435,21 +441,21 @@ struct Analysis {
         var fault: ChainFault?
         if hashing {
             // A record that does not decode ends the pass there, unless a record before it is missing.
-            if let bad = fold.fault, walk.fault.map({ $0.sequence > bad.sequence }) ?? true { walk.stop(bad) }
+            if let bad = decodeFault, walk.fault.map({ $0.sequence > bad.sequence }) ?? true { walk.stop(bad) }
             fault = walk.finish()
         } else {
             fault = first?.report.chainFault
         }
         label?(through, through)
-        var implied = fold.implied
+        var implied = Dictionary(uniqueKeysWithValues: EngineIndex.allCases.map { ($0, fold.implied[$0.position]) })
         implied[.merkle] = impliedNodes
         let state = fold.checker.state
         var analysis = Analysis(
             report: ReplayReport(
                 verifiedRecords: fault.map { $0.sequence - 1 } ?? head.sequence, events: fold.events, chainFault: fault,
-                violations: fold.checker.violations, readModelDifferences: [], indexDifferences: [], lineages: state.lineages.count),
+                violations: fold.checker.violations, readModelDifferences: [], indexDifferences: [], lineages: fold.checker.lineageCount),
             head: head, pass: pass, passCount: count, deletionsWhileBound: fold.checker.deletionsWhileBound,
-            expected: ReadModel.OrderedEntries(state))
+            expected: ReadModel.OrderedEntries(state, lineages: fold.checker.leanLineages))
         analysis.report.formatOneNotes = fold.checker.formatOneNotes
         analysis.caseLineages = state.transfers.mapValues { $0.request.plan.lineage }
         try analysis.compareReadModels(reader)
@@ -730,6 +736,18 @@ struct Analysis {
         }
         try flush()
         return !grew
+    }
+}
+
+extension EngineIndex {
+    /// The index's place in `allCases`.
+    var position: Int {
+        switch self {
+        case .commands: 0
+        case .lineages: 1
+        case .accountLineages: 2
+        case .merkle: 3
+        }
     }
 }
 

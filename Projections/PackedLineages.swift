@@ -1,0 +1,102 @@
+public import LedgerCore
+
+/// The lineage states of a whole-log replay, packed: each is a fixed-size slot of plain values (56
+/// bytes a lineage in the hash table with its key, against 104 for `[LineageKey: LineageState]`), so
+/// one replay pass keeps twice the lineages in the same memory. Product ids are kept once each and
+/// named by number; an entitlement's account is kept apart in the rare case it is not the binding's.
+/// Reading a lineage gives back exactly the ``LineageState`` that was stored.
+public struct PackedLineages: Sendable {
+    struct Slot {
+        /// The binding's account (the former owner's when tombstoned), else zero.
+        var account: Key128
+        var expiresAt: Int64
+        var revokedAt: Int64
+        /// Index in ``PackedLineages/products``.
+        var product: UInt32
+        /// Bits 0–1 the binding (0 unbound, 1 bound, 2 tombstoned); 4 an entitlement; 8 the
+        /// entitlement's account is not the binding's (it is in `otherAccounts`); 0x10 an expiry;
+        /// 0x20 a revocation.
+        var flags: UInt8
+        /// The entitlement's end reason (0: not ended).
+        var ended: UInt8
+    }
+
+    private var slots: [LineageKey: Slot] = [:]
+    private var otherAccounts: [LineageKey: AccountID] = [:]
+    private var products: [String] = []
+    private var productNumbers: [String: UInt32] = [:]
+    /// The number of the product packed last.
+    private var lastProduct: UInt32 = 0
+
+    public init() {}
+
+    public var count: Int { slots.count }
+
+    /// The lineages held, sorted.
+    public func sortedKeys() -> [LineageKey] { slots.keys.sorted() }
+
+    /// Makes room for `count` lineages at once.
+    public mutating func reserveCapacity(_ count: Int) { slots.reserveCapacity(count) }
+
+    public subscript(lineage: LineageKey) -> LineageState? {
+        get { slots[lineage].map { unpack(lineage, $0) } }
+        set {
+            if !otherAccounts.isEmpty { otherAccounts[lineage] = nil }
+            slots[lineage] = newValue.map { pack(lineage, $0) }
+        }
+    }
+
+    private func unpack(_ lineage: LineageKey, _ slot: Slot) -> LineageState {
+        let owner = AccountID(slot.account)
+        let binding: Binding =
+            switch slot.flags & 3 {
+            case 1: .bound(owner)
+            case 2: .tombstoned(formerAccount: owner)
+            default: .unbound
+            }
+        guard slot.flags & 4 != 0 else { return LineageState(binding: binding) }
+        return LineageState(
+            binding: binding,
+            entitlement: Entitlement(
+                account: slot.flags & 8 == 0 ? owner : otherAccounts[lineage] ?? owner, productId: products[Int(slot.product)],
+                expiresAt: slot.flags & 0x10 == 0 ? nil : slot.expiresAt, revokedAt: slot.flags & 0x20 == 0 ? nil : slot.revokedAt,
+                endedBecause: EntitlementEndReason(rawValue: slot.ended)))
+    }
+
+    private mutating func pack(_ lineage: LineageKey, _ state: LineageState) -> Slot {
+        var slot = Slot(account: .zero, expiresAt: 0, revokedAt: 0, product: 0, flags: 0, ended: 0)
+        var owner: AccountID?
+        switch state.binding {
+        case .unbound: break
+        case .bound(let account): (slot.flags, owner) = (1, account)
+        case .tombstoned(let account): (slot.flags, owner) = (2, account)
+        }
+        if let owner { slot.account = owner.key }
+        if let entitlement = state.entitlement {
+            slot.flags |= 4
+            if entitlement.account != owner {
+                slot.flags |= 8
+                otherAccounts[lineage] = entitlement.account
+            }
+            slot.product = number(of: entitlement.productId)
+            if let expiresAt = entitlement.expiresAt { (slot.flags, slot.expiresAt) = (slot.flags | 0x10, expiresAt) }
+            if let revokedAt = entitlement.revokedAt { (slot.flags, slot.revokedAt) = (slot.flags | 0x20, revokedAt) }
+            slot.ended = entitlement.endedBecause?.rawValue ?? 0
+        }
+        return slot
+    }
+
+    /// The number of a product id, numbering it when new (the one packed last is checked first: a
+    /// replay mostly sees the same few).
+    private mutating func number(of product: String) -> UInt32 {
+        if Int(lastProduct) < products.count, products[Int(lastProduct)] == product { return lastProduct }
+        if let number = productNumbers[product] {
+            lastProduct = number
+            return number
+        }
+        lastProduct = UInt32(products.count)
+        products.append(product)
+        productNumbers[product] = lastProduct
+        return lastProduct
+    }
+}
