@@ -268,9 +268,25 @@ final class DecodedStrings {
     /// The string whose UTF-8 is `bytes`, if seen before.
     func string(_ bytes: UnsafeRawBufferPointer) -> String? {
         for entry in known where entry.bytes.count == bytes.count {
-            if entry.bytes.withUnsafeBytes({ $0.elementsEqual(bytes) }) { return entry.value }
+            if entry.bytes.withUnsafeBytes({ Self.equal($0, bytes) }) { return entry.value }
         }
         return nil
+    }
+
+    /// Whether two buffers of the same length hold the same bytes (compared 8 at a time).
+    private static func equal(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+        var offset = 0
+        while offset + 8 <= a.count {
+            guard a.loadUnaligned(fromByteOffset: offset, as: UInt64.self) == b.loadUnaligned(fromByteOffset: offset, as: UInt64.self) else {
+                return false
+            }
+            offset += 8
+        }
+        while offset < a.count {
+            guard a[offset] == b[offset] else { return false }
+            offset += 1
+        }
+        return true
     }
 
     func remember(_ bytes: UnsafeRawBufferPointer, _ value: String) {

@@ -1,22 +1,19 @@
-/// The hashes of a storage-format-2 log, on one reused SHA-256 context (a fresh context per hash
-/// costs more than hashing a record):
+import COpenSSL
+
+/// The hashes of a storage-format-2 log, on libcrypto's low-level SHA-256 (a log has millions of
+/// short messages; the EVP layer sets a context up for each, which costs more than hashing a record):
 ///
 /// - leaf hash of a record: SHA-256(0x00 ‖ record bytes) (RFC 6962);
 /// - chain hash of record n: SHA-256(chain(n − 1) ‖ u64 n ‖ leaf(n)), chain(0) = 32 zero bytes;
 /// - Merkle node: SHA-256(0x01 ‖ left ‖ right) (RFC 6962).
 ///
-/// Each throws ``CryptoError`` when libcrypto fails (never a zero hash). Not for sharing between threads.
+/// Each throws ``CryptoError`` when libcrypto fails (never a zero hash).
 public final class LogHasher {
-    private let hasher: SHA256Hasher
-
-    public init() throws { hasher = try SHA256Hasher() }
+    public init() throws {}
 
     public func leafHash(_ record: UnsafeRawBufferPointer) throws -> Digest32 {
         var prefix: UInt8 = 0
-        try hasher.begin()
-        try withUnsafeBytes(of: &prefix) { try hasher.update($0) }
-        try hasher.update(record)
-        return try hasher.finishDigest()
+        return try withUnsafeBytes(of: &prefix) { try sha256($0, record) }
     }
 
     public func leafHash(_ record: [UInt8]) throws -> Digest32 { try record.withUnsafeBytes { try leafHash($0) } }
@@ -26,7 +23,7 @@ public final class LogHasher {
         message.append(previous)
         message.append(sequence)
         message.append(leaf)
-        return try hash(&message)
+        return try message.withBytes { try sha256($0, UnsafeRawBufferPointer(start: nil, count: 0)) }
     }
 
     public func node(_ left: Digest32, _ right: Digest32) throws -> Digest32 {
@@ -34,13 +31,18 @@ public final class LogHasher {
         message.append(1 as UInt8)
         message.append(left)
         message.append(right)
-        return try hash(&message)
+        return try message.withBytes { try sha256($0, UnsafeRawBufferPointer(start: nil, count: 0)) }
     }
 
-    private func hash(_ message: inout Message) throws -> Digest32 {
-        try hasher.begin()
-        try message.withBytes { try hasher.update($0) }
-        return try hasher.finishDigest()
+    /// SHA-256 of `first` ‖ `second`.
+    private func sha256(_ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer) throws -> Digest32 {
+        var context = SHA256_CTX()
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        guard ledger_sha256_init(&context) == 1, ledger_sha256_update(&context, first.baseAddress, first.count) == 1,
+            ledger_sha256_update(&context, second.baseAddress, second.count) == 1,
+            withUnsafeMutableBytes(of: &words, { ledger_sha256_final($0.baseAddress?.assumingMemoryBound(to: UInt8.self), &context) }) == 1
+        else { throw CryptoError("SHA256_Init/Update/Final") }
+        return withUnsafeBytes(of: &words) { Digest32(loading: $0, at: 0) }
     }
 
     /// A chain or node message (at most 72 bytes), assembled on the stack and hashed in one update.
