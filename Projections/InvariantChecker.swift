@@ -71,6 +71,15 @@ public struct InvariantChecker: Sendable {
     /// Lean: the lineages are kept packed in ``leanLineages`` (``state`` has none) and no
     /// ``LedgerState/accountLineages`` sets are kept; invariant 1 counts the lineages bound to each
     /// account instead (a whole-log replay).
+    ///
+    /// The counts follow the full checker's sets exactly: a binding adds the lineage to its account's
+    /// set, a tombstone or a transfer removes it from the account the event names, a deletion empties
+    /// the account's set. A lineage in the set of the account its binding names is marked in its
+    /// packed slot (a bit; `workingCounted` for the working lineage); a lineage in another account's
+    /// set (a rebind without a transfer leaves it in the old owner's) is kept in ``countedApart``.
+    /// An account deleted while still bound cannot find the slots that marked it, so it goes to
+    /// ``deletedWhileBound``: marks of its no longer count, and its later lineages are kept apart.
+    /// Both tables stay empty on a history that holds invariant 1.
     private let lean: Bool
     /// In lean mode: the lineages' states.
     public private(set) var leanLineages = PackedLineages()
@@ -79,8 +88,14 @@ public struct InvariantChecker: Sendable {
     private var workingLineage: LineageKey?
     private var workingState: LineageState?
     private var workingChanged = false
-    /// In lean mode: how many lineages each account is bound to.
+    /// In lean mode: whether the working lineage is in the set of the account its binding names.
+    private var workingCounted = false
+    /// In lean mode: how many lineages each account's set holds.
     private var boundCounts: [AccountID: Int32] = [:]
+    /// In lean mode: the lineages in an account's set that no slot marks (see ``lean``).
+    private var countedApart: [AccountID: Set<LineageKey>] = [:]
+    /// In lean mode: the accounts deleted while their set held lineages (see ``lean``).
+    private var deletedWhileBound: Set<AccountID> = []
     /// In lean mode, the lineages this checker keeps (by the first 8 bytes of their key); nil: all.
     private let lineageRange: ClosedRange<UInt64>?
     /// With a lineage range: invariant 1 as far as this range sees it (the sequence of an account's
@@ -126,12 +141,14 @@ public struct InvariantChecker: Sendable {
         guard workingLineage != lineage else { return }
         storeWorkingLineage()
         workingLineage = lineage
-        workingState = leanLineages[lineage]
+        let entry = leanLineages.entry(lineage)
+        workingState = entry?.state
+        workingCounted = entry?.marked ?? false
     }
 
     /// Stores the working lineage's state back when it changed (lean mode).
     private mutating func storeWorkingLineage() {
-        if workingChanged, let workingLineage { leanLineages[workingLineage] = workingState }
+        if workingChanged, let workingLineage { leanLineages.set(workingLineage, workingState, marked: workingCounted) }
         workingChanged = false
     }
 
@@ -311,20 +328,64 @@ public struct InvariantChecker: Sendable {
         "account \(account) deleted while still bound to \(bound) lineage(s)"
     }
 
-    /// Applies `event` to the packed lineages and the rest of the state, without account sets: the
-    /// binding changes it makes adjust the bound counts.
+    /// Applies `event` to the packed lineages and the rest of the state, without account sets: what
+    /// it does to the full checker's sets it does to the bound counts (see ``lean``).
     private mutating func evolveLean(_ event: LedgerEvent) {
-        if case .accountDeleted(let account) = event { boundCounts[account] = nil }
+        if case .accountDeleted(let account) = event {
+            if boundCounts.removeValue(forKey: account) ?? 0 > 0 { deletedWhileBound.insert(account) }
+            if !countedApart.isEmpty { countedApart[account] = nil }
+        }
         StateProjection.evolve(beyondLineages: &state, event, accountLineages: false)
         // A transfer applied to a lineage of another range changes only its case here.
         guard let changed = StateProjection.changedLineage(event), keeps(changed) else { return }
         loadWorkingLineage(changed)
-        let before = workingState?.binding
+        let before = workingState?.binding.account
+        let beforeCounted = before.map { counts($0, changed) } ?? false
         StateProjection.evolve(lineage: &workingState, event)
         workingChanged = true
-        if let after = workingState?.binding, after != before {
-            if case .bound(let account)? = before { boundCounts[account, default: 0] -= 1 }
-            if case .bound(let account) = after { boundCounts[account, default: 0] += 1 }
+        let after = workingState?.binding.account
+        if after != before {
+            // The slot now names another account: the old one's mark moves apart, the new one's in.
+            if let before, beforeCounted { countedApart[before, default: []].insert(changed) }
+            workingCounted = false
+            if let after, marksSlot(after), countedApart[after]?.remove(changed) != nil {
+                if countedApart[after]?.isEmpty == true { countedApart[after] = nil }
+                workingCounted = true
+            }
+        }
+        switch event {
+        case .lineageBound(let lineage, let account): count(account, lineage, true)
+        case .lineageTombstoned(let lineage, let account): count(account, lineage, false)
+        case .transferApplied(let e):
+            count(e.source.account, e.lineage, false)
+            count(e.target, e.lineage, true)
+        default: break
+        }
+    }
+
+    /// Whether the working lineage's slot mark stands for `account` (the account its binding names,
+    /// unless deleted while bound).
+    private func marksSlot(_ account: AccountID) -> Bool {
+        workingState?.binding.account == account && (deletedWhileBound.isEmpty || !deletedWhileBound.contains(account))
+    }
+
+    /// Whether `account`'s set holds the working lineage `lineage` (lean mode).
+    private func counts(_ account: AccountID, _ lineage: LineageKey) -> Bool {
+        if marksSlot(account) { return workingCounted }
+        return !countedApart.isEmpty && countedApart[account]?.contains(lineage) == true
+    }
+
+    /// Adds the working lineage `lineage` to `account`'s set, or removes it (lean mode).
+    private mutating func count(_ account: AccountID, _ lineage: LineageKey, _ counted: Bool) {
+        guard counts(account, lineage) != counted else { return }
+        boundCounts[account, default: 0] += counted ? 1 : -1
+        if marksSlot(account) {
+            workingCounted = counted
+        } else if counted {
+            countedApart[account, default: []].insert(lineage)
+        } else {
+            countedApart[account]?.remove(lineage)
+            if countedApart[account]?.isEmpty == true { countedApart[account] = nil }
         }
     }
 

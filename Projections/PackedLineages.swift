@@ -15,7 +15,7 @@ public struct PackedLineages: Sendable {
         var product: UInt32
         /// Bits 0–1 the binding (0 unbound, 1 bound, 2 tombstoned); 4 an entitlement; 8 the
         /// entitlement's account is not the binding's (it is in `otherAccounts`); 0x10 an expiry;
-        /// 0x20 a revocation.
+        /// 0x20 a revocation; 0x40 the caller's mark (``entry(_:)``).
         var flags: UInt8
         /// The entitlement's end reason (0: not ended).
         var ended: UInt8
@@ -38,13 +38,29 @@ public struct PackedLineages: Sendable {
     /// Makes room for `count` lineages at once.
     public mutating func reserveCapacity(_ count: Int) { slots.reserveCapacity(count) }
 
+    /// The state of `lineage` (set through the subscript: unmarked).
     public subscript(lineage: LineageKey) -> LineageState? {
         get { slots[lineage].map { unpack(lineage, $0) } }
-        set {
-            if !otherAccounts.isEmpty { otherAccounts[lineage] = nil }
-            slots[lineage] = newValue.map { pack(lineage, $0) }
+        set { set(lineage, newValue, marked: false) }
+    }
+
+    /// The state of `lineage` and the mark its caller keeps with it (one bit, in the slot: the lean
+    /// ``InvariantChecker`` marks a lineage its binding's account counts as bound).
+    public func entry(_ lineage: LineageKey) -> (state: LineageState, marked: Bool)? {
+        slots[lineage].map { (unpack(lineage, $0), $0.flags & Self.mark != 0) }
+    }
+
+    /// Stores `state` (nil: removes the lineage) with its mark.
+    public mutating func set(_ lineage: LineageKey, _ state: LineageState?, marked: Bool) {
+        if !otherAccounts.isEmpty { otherAccounts[lineage] = nil }
+        slots[lineage] = state.map {
+            var slot = pack(lineage, $0)
+            if marked { slot.flags |= Self.mark }
+            return slot
         }
     }
+
+    private static let mark: UInt8 = 0x40
 
     private func unpack(_ lineage: LineageKey, _ slot: Slot) -> LineageState {
         let owner = AccountID(slot.account)

@@ -1,4 +1,5 @@
 import LedgerCore
+import LedgerTestSupport
 import Projections
 import Testing
 
@@ -38,12 +39,11 @@ import Testing
     }
 
     /// Every sample event (staff, transfers, deletions, refunds, tombstones: many of them violations
-    /// here) on two lineages, one record per event and as a purchase's record. (Not a third: once an
-    /// account was deleted while bound, invariant 1 is reported, and the lean checker's bound counts
-    /// then differ from the full checker's sets for the lineages it still held.)
+    /// here) on three lineages, one record per event and as a purchase's record: alice is deleted
+    /// while bound, then bound again, and deleted again.
     static var history: [Record] {
         var records: [Record] = []
-        for (index, lineage) in [S.lineage, LineageKey(S.key(0xA2))].enumerated() {
+        for (index, lineage) in [S.lineage, LineageKey(S.key(0xA2)), LineageKey(S.key(0xA3))].enumerated() {
             for events in [S.purchase] + S.events.map({ [$0] }) + [S.purchase] {
                 let moved = events.map { event -> LedgerEvent in
                     guard index > 0 else { return event }
@@ -81,6 +81,57 @@ import Testing
             return true
         }
         #expect(entries == ReadModel.entries(of: full.state))
+    }
+
+    /// Histories of bindings, tombstones, transfers and deletions over three accounts and three
+    /// lineages, mostly violating invariants 1 and 2 (rebinds without a transfer, tombstones and
+    /// transfers naming an account that does not own the lineage, deleted accounts bound again and
+    /// deleted again): the lean checker finds exactly the full checker's violations, and so do two
+    /// lean checkers of half the key space each once their invariant-1 counts are added up.
+    @Test func theLeanCheckerCountsBoundLineagesAsTheFullCheckerDoes() throws {
+        var random = SeededGenerator(state: 9)
+        let accounts = [S.alice, S.bob, S.account(0x0C)]
+        // Two lineages in the lower half of the key space, one in the upper.
+        let lineages = [LineageKey(S.key(0x10)), LineageKey(S.key(0x20)), S.lineage]
+        let half = UInt64.max / 2
+        var ones = 0
+        for _ in 0..<300 {
+            var full = InvariantChecker()
+            var lean = InvariantChecker(lean: true)
+            var halves = [InvariantChecker(lean: true, lineageRange: 0...half), InvariantChecker(lean: true, lineageRange: (half + 1)...UInt64.max)]
+            for sequence in UInt64(1)...40 {
+                let account = accounts[Int(random.next() % 3)]
+                let other = accounts[Int(random.next() % 3)]
+                let lineage = lineages[Int(random.next() % 3)]
+                let event: LedgerEvent =
+                    switch random.next() % 6 {
+                    case 0, 1: .lineageBound(lineage: lineage, account: account)
+                    case 2: .lineageTombstoned(lineage: lineage, formerAccount: account)
+                    case 3:
+                        .transferApplied(
+                            TransferApplied(
+                                caseId: "C\(sequence)", planDigest: S.digest(9), lineage: lineage,
+                                source: random.next() % 2 == 0 ? .bound(account) : .tombstoned(account), target: other, appliedBy: "ops"))
+                    case 4: .accountDeleted(account: account)
+                    default: .entitlementGranted(EntitlementGranted(lineage: lineage, account: account, productId: "p", expiresAt: nil))
+                    }
+                try full.check(sequence: sequence, events: [event])
+                try lean.check(sequence: sequence, events: [event])
+                for index in halves.indices { try halves[index].check(sequence: sequence, events: [event]) }
+            }
+            #expect(lean.violations == full.violations)
+            #expect(lean.boundAccounts == full.boundAccounts)
+            var added: [String: (sequence: UInt64, account: AccountID, bound: Int)] = [:]
+            for deletion in halves.flatMap(\.deletionsWhileBound) {
+                added["\(deletion.sequence) \(deletion.account)", default: (deletion.sequence, deletion.account, 0)].bound += deletion.bound
+            }
+            let fromHalves = added.values.sorted { $0.sequence < $1.sequence }.map {
+                InvariantViolation(invariant: 1, sequence: $0.sequence, message: InvariantChecker.deletedWhileBound($0.account, $0.bound))
+            }
+            #expect(fromHalves == full.violations.filter { $0.invariant == 1 && $0.message.contains("deleted while") })
+            ones += fromHalves.count
+        }
+        #expect(ones > 300, "the histories delete accounts while bound")
     }
 
     @Test func aRecordDecoderGivesEveryRecordWithItsEventsInOneArray() throws {
