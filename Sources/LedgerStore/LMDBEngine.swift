@@ -123,10 +123,58 @@ struct KeyBuffer {
     }
 }
 
+/// The last entry of a `MDB_DUPSORT` database while a write group puts entries into it in key order.
+/// An entry past the end is put with `MDB_APPEND` (a new key) or `MDB_APPENDDUP` (a new last duplicate),
+/// so the page it fills is split at the end rather than in the middle: `account-lineages` grows at
+/// its end (new accounts' pseudonyms begin with the log position), and middle splits would leave
+/// every page there half full.
+struct AppendPosition {
+    private var key: [UInt8]?
+    private var value: [UInt8] = []
+
+    init(lastOf dbi: MDB_dbi, in txn: LMDBTransaction) throws {
+        let cursor = try txn.cursor(dbi)
+        defer { cursor.close() }
+        if let (key, value) = try cursor.get(MDB_LAST) {
+            self.key = Array(key)
+            self.value = Array(value)
+        }
+    }
+
+    mutating func put(_ k: UnsafeRawBufferPointer, _ v: UnsafeRawBufferPointer, into dbi: MDB_dbi, in txn: LMDBTransaction) throws {
+        let flags: Int32
+        if let key {
+            switch Self.compare(k, key) {
+            case 1: flags = MDB_APPEND
+            case 0 where Self.compare(v, value) == 1: flags = MDB_APPENDDUP
+            default: flags = 0
+            }
+        } else {
+            flags = MDB_APPEND
+        }
+        // LMDB refuses an append that is not past the end: the plain put then stores it (or finds it there).
+        let appended = try flags != 0 && txn.put(dbi, k, v, flags: MDB_NODUPDATA | flags)
+        if !appended {
+            try txn.put(dbi, k, v, flags: MDB_NODUPDATA)
+            return
+        }
+        key = Array(k)
+        value = Array(v)
+    }
+
+    /// memcmp order, shorter first on a common prefix (LMDB's default order).
+    static func compare(_ a: UnsafeRawBufferPointer, _ b: [UInt8]) -> Int {
+        for (x, y) in zip(a, b) where x != y { return x < y ? -1 : 1 }
+        return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
+    }
+}
+
 /// Reads and writes in one LMDB transaction.
 struct LMDBAccess: EngineReader, EngineWriter {
     let txn: LMDBTransaction
     let db: LMDBEngine.Databases
+    /// The record dictionary as this transaction sees it (``StoredRecordDictionary``).
+    let storedForms = StoredRecordDictionaryCell()
 
     static let vaultPrefix: UInt8 = 0x75  // "u"
     static let sealedPrefix: UInt8 = 0x70  // "p"
@@ -178,29 +226,90 @@ struct LMDBAccess: EngineReader, EngineWriter {
     // MARK: Log
 
     func record(_ sequence: UInt64) throws -> [UInt8]? {
-        try KeyBuffer(sequence).with { k in try txn.get(db.log, k).map(Array.init) }
+        var scratch: [UInt8] = []
+        return try KeyBuffer(sequence).with { k in
+            try txn.get(db.log, k).map { stored in try withCanonical(sequence, stored, scratch: &scratch) { Array($0) } }
+        }
     }
 
     func forEachRecord(from: UInt64, through: UInt64, _ body: (UInt64, UnsafeRawBufferPointer) throws -> Bool) throws {
         guard from <= through else { return }
         let cursor = try txn.cursor(db.log)
         defer { cursor.close() }
+        var scratch: [UInt8] = []
         var entry = try KeyBuffer(from).with { k in try cursor.get(MDB_SET_RANGE, key: k) }
         while let (key, value) = entry {
             guard let sequence = Self.u64(key) else { throw corrupt("a log key of \(key.count) bytes") }
-            guard sequence <= through, try body(sequence, value) else { return }
+            guard sequence <= through, try withCanonical(sequence, value, scratch: &scratch, { try body(sequence, $0) }) else { return }
             entry = try cursor.get(MDB_NEXT)
         }
+    }
+
+    /// Calls `body` with the canonical bytes of the record stored as `stored`: the stored bytes
+    /// themselves, or their expansion into `scratch` when they are in stored form. Every read of the
+    /// log goes through here.
+    func withCanonical<R>(
+        _ sequence: UInt64, _ stored: UnsafeRawBufferPointer, scratch: inout [UInt8], _ body: (UnsafeRawBufferPointer) throws -> R
+    ) throws -> R {
+        guard StoredRecordDictionary.isStoredForm(stored) else { return try body(stored) }
+        do {
+            try recordDictionary().expand(stored, into: &scratch)
+        } catch {
+            throw corrupt("record \(sequence) cannot be read: its stored form is damaged (\(error))")
+        }
+        return try scratch.withUnsafeBytes(body)
+    }
+
+    /// The record dictionary this transaction sees, loaded from `meta` on first use.
+    func recordDictionary() throws -> StoredRecordDictionary {
+        try storedForms.get {
+            var stored: [(key: [UInt8], value: [UInt8])] = []
+            let cursor = try txn.cursor(db.meta)
+            defer { cursor.close() }
+            let prefix = StoredRecordDictionary.metaPrefix
+            var entry = try prefix.withUnsafeBytes { try cursor.get(MDB_SET_RANGE, key: $0) }
+            while let (key, value) = entry, key.starts(with: prefix) {
+                stored.append((Array(key), Array(value)))
+                entry = try cursor.get(MDB_NEXT)
+            }
+            do {
+                return try StoredRecordDictionary.load(stored)
+            } catch {
+                throw corrupt("the record dictionary in meta is damaged: \(error)")
+            }
+        }
+    }
+
+    /// Puts `records` into the log, each in stored form when it names a dictionary entry, learning
+    /// the product ids of records that name none (new entries are written to `meta` beside them).
+    func appendRecords(_ records: [(sequence: UInt64, bytes: [UInt8])]) throws {
+        guard !records.isEmpty else { return }
+        var dictionary = try recordDictionary()
+        let before = dictionary.entries.count
+        for (sequence, canonical) in records {
+            var stored = dictionary.storedForm(of: canonical)
+            if stored == nil, !dictionary.learn(from: canonical).isEmpty { stored = dictionary.storedForm(of: canonical) }
+            _ = try KeyBuffer(sequence).with { k in
+                try (stored ?? canonical).withUnsafeBytes { v in try txn.put(db.log, k, v, flags: MDB_APPEND) }
+            }
+        }
+        guard dictionary.entries.count > before else { return }
+        for k in before + 1...dictionary.entries.count {
+            try putMeta(StoredRecordDictionary.metaKey(k), dictionary.entries[k - 1])
+        }
+        storedForms.set(dictionary)
     }
 
     func lastSequence(recordedAtOrBefore time: Timestamp) throws -> UInt64 {
         var low: UInt64 = 0  // recorded at or before `time` (0: none)
         var high = try head().sequence + 1  // recorded after (head + 1: none known)
+        var scratch: [UInt8] = []
         while high - low > 1 {
             let middle = low + (high - low) / 2
             let recorded = try KeyBuffer(middle).with { k -> Timestamp in
-                guard let bytes = try txn.get(db.log, k) else { throw corrupt("record \(middle) is missing from the log") }
-                guard let recorded = RecordCodec.recordedAt(of: bytes) else { throw corrupt("record \(middle) has no readable time") }
+                guard let stored = try txn.get(db.log, k) else { throw corrupt("record \(middle) is missing from the log") }
+                let recorded = try withCanonical(middle, stored, scratch: &scratch) { RecordCodec.recordedAt(of: $0) }
+                guard let recorded else { throw corrupt("record \(middle) has no readable time") }
                 return recorded
             }
             if recorded <= time { low = middle } else { high = middle }
@@ -493,20 +602,18 @@ struct LMDBAccess: EngineReader, EngineWriter {
     // MARK: Writing
 
     func apply(_ batch: EngineBatch) throws {
-        for (sequence, bytes) in batch.records {
-            try KeyBuffer(sequence).with { k in
-                try bytes.withUnsafeBytes { v in try txn.put(db.log, k, v, flags: MDB_APPEND) }
-            }
-        }
+        try appendRecords(batch.records)
         // Each index's entries in key order: a commit's puts then walk each tree left to right, and
         // entries sharing a leaf are put one after another while it is in cache. The order changes
         // nothing stored (duplicates are kept sorted by value; every put is an insertion), except
         // for Merkle nodes, which keep the batch's order.
+        var accountLineagesEnd = try AppendPosition(lastOf: db.accountLineages, in: txn)
         for normal in Self.inKeyOrder(batch.entries.map(normalized)) {
             let dbi = db.of(normal.index)
             try Self.withKeyValue(normal) { k, v in
                 switch normal {
                 case .merkleNode: try txn.put(dbi, k, v)
+                case .accountLineage: try accountLineagesEnd.put(k, v, into: dbi, in: txn)
                 default: try txn.put(dbi, k, v, flags: MDB_NODUPDATA)
                 }
             }

@@ -1,0 +1,196 @@
+import Foundation
+import LedgerCore
+
+/// How the LMDB engine keeps a record at rest (`docs/storage-format.md`, "Stored form of records").
+/// The canonical record bytes (what is hashed and chained, exported in dispute bundles, copied by
+/// `migrate`) never change: the engine stores them with each product id it has learned replaced by a
+/// two-byte reference into an append-only dictionary kept in `meta`, and every read expands them back.
+///
+/// ```
+/// canonical bytes (byte 0 = 2)        a record naming no dictionary entry, and every record stored before
+/// 0x82 ‖ canonical bytes 1..<23 ‖ tail the fixed header as it is (recordedAt and command at their offsets),
+///                                     then the rest of the canonical bytes, each run one of:
+///     0xFF 0x00                       one 0xFF byte
+///     0xFF k (1…254)                  the bytes of dictionary entry k
+///     b (any byte but 0xFF)           b
+/// ```
+///
+/// Entry k is `meta` `record-dictionary` ‖ u8 k: the bytes a product id is written as in a record (a
+/// varint length and its UTF-8). Entries are learned from the records as they are appended (the first
+/// record naming a product id not yet known adds it, up to 254 entries) and never changed, so every
+/// record keeps its meaning; a changed entry changes the expanded bytes, which the hash chain catches.
+struct StoredRecordDictionary: Equatable {
+    /// The first byte of a record in stored form: `0x80 | ` the record format.
+    static let marker: UInt8 = 0x80 | RecordCodec.formatVersion
+    static let escape: UInt8 = 0xFF
+    /// Bytes 0..<23 (format, recordedAt, command key) are the fixed header, never transformed.
+    static let headerLength = 23
+    static let capacity = 254
+    /// The `meta` key of entry k is this prefix and the byte k.
+    static let metaPrefix = Array("record-dictionary".utf8)
+    /// Shorter entries would not save a byte against their two-byte reference.
+    static let shortestEntry = 4
+
+    /// Entry k is `entries[k - 1]`.
+    private(set) var entries: [[UInt8]] = []
+    /// The indexes into `entries` of the entries starting with each byte.
+    private var startingWith: [[UInt8]] = Array(repeating: [], count: 256)
+
+    init(_ entries: [[UInt8]] = []) {
+        for entry in entries { append(entry) }
+    }
+
+    static func == (a: Self, b: Self) -> Bool { a.entries == b.entries }
+
+    var isFull: Bool { entries.count >= Self.capacity }
+
+    mutating func append(_ entry: [UInt8]) {
+        precondition(!isFull && entry.count >= Self.shortestEntry, "a record dictionary entry beyond its limits")
+        startingWith[Int(entry[0])].append(UInt8(entries.count))
+        entries.append(entry)
+    }
+
+    /// Whether `stored` is in stored form (otherwise it is a record's canonical bytes, or not a record).
+    static func isStoredForm(_ stored: UnsafeRawBufferPointer) -> Bool { stored.first == marker }
+
+    /// The stored form of `canonical`, or nil when no entry occurs in it (it is then stored as it is).
+    func storedForm(of canonical: [UInt8]) -> [UInt8]? {
+        guard !entries.isEmpty, canonical.count > Self.headerLength, canonical[0] == RecordCodec.formatVersion else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(canonical.count + 8)
+        var referenced = false
+        canonical.withUnsafeBufferPointer { c in
+            out.append(Self.marker)
+            out.append(contentsOf: c[1..<Self.headerLength])
+            var i = Self.headerLength
+            while i < c.count {
+                let byte = c[i]
+                if let k = longestEntry(in: c, at: i) {
+                    out.append(Self.escape)
+                    out.append(UInt8(k + 1))
+                    i += entries[k].count
+                    referenced = true
+                    continue
+                }
+                out.append(byte)
+                if byte == Self.escape { out.append(0) }
+                i += 1
+            }
+        }
+        return referenced ? out : nil
+    }
+
+    private func longestEntry(in c: UnsafeBufferPointer<UInt8>, at i: Int) -> Int? {
+        var best: Int?
+        for k in startingWith[Int(c[i])] {
+            let entry = entries[Int(k)]
+            guard i + entry.count <= c.count, entry.count > best.map({ entries[$0].count }) ?? 0 else { continue }
+            if entry.withUnsafeBufferPointer({ e in memcmp(e.baseAddress!, c.baseAddress! + i, e.count) == 0 }) { best = Int(k) }
+        }
+        return best
+    }
+
+    /// The canonical bytes of `stored` (a record in stored form) into `out`, replacing its contents.
+    func expand(_ stored: UnsafeRawBufferPointer, into out: inout [UInt8]) throws(StoredFormDamage) {
+        guard stored.count > Self.headerLength, stored[0] == Self.marker else {
+            throw StoredFormDamage("\(stored.count) bytes that are not a record in stored form")
+        }
+        out.removeAll(keepingCapacity: true)
+        out.reserveCapacity(stored.count + 64)
+        out.append(RecordCodec.formatVersion)
+        out.append(contentsOf: stored[1..<Self.headerLength])
+        var i = Self.headerLength
+        while i < stored.count {
+            let byte = stored[i]
+            i += 1
+            guard byte == Self.escape else {
+                out.append(byte)
+                continue
+            }
+            guard i < stored.count else { throw StoredFormDamage("it ends inside an escape") }
+            let k = Int(stored[i])
+            i += 1
+            if k == 0 {
+                out.append(Self.escape)
+            } else if k <= entries.count {
+                out.append(contentsOf: entries[k - 1])
+            } else {
+                throw StoredFormDamage("it names dictionary entry \(k) of \(entries.count)")
+            }
+        }
+    }
+
+    /// Entries for the product ids `canonical` names that are not known yet and occur in its bytes
+    /// after the header, as many as the dictionary has room for (appended, and returned).
+    mutating func learn(from canonical: [UInt8]) -> [[UInt8]] {
+        guard !isFull, canonical.count > Self.headerLength, let record = try? RecordCodec.decode(canonical, sequence: 0) else { return [] }
+        var learned: [[UInt8]] = []
+        for product in Self.productIds(of: record.events) where !isFull {
+            var w = ByteWriter()
+            w.shortString(product)
+            let entry = w.output
+            guard entry.count >= Self.shortestEntry, !entries.contains(entry),
+                canonical[Self.headerLength...].firstRange(of: entry) != nil
+            else { continue }
+            append(entry)
+            learned.append(entry)
+        }
+        return learned
+    }
+
+    static func productIds(of events: [LedgerEvent]) -> [String] {
+        events.compactMap { event in
+            switch event {
+            case .transactionSubmitted(let e): e.transaction.productId
+            case .notificationReceived(let e): e.transaction?.productId
+            case .entitlementGranted(let e): e.productId
+            default: nil
+            }
+        }
+    }
+
+    /// The `meta` key of entry `k` (1…254).
+    static func metaKey(_ k: Int) -> [UInt8] { metaPrefix + [UInt8(k)] }
+
+    /// The dictionary from its `meta` entries, in key order: entry k under key k, from 1 without gaps.
+    static func load(_ stored: [(key: [UInt8], value: [UInt8])]) throws(StoredFormDamage) -> StoredRecordDictionary {
+        var dictionary = StoredRecordDictionary()
+        for (key, value) in stored {
+            guard key.count == metaPrefix.count + 1, key.starts(with: metaPrefix), Int(key[metaPrefix.count]) == dictionary.entries.count + 1,
+                !dictionary.isFull, value.count >= shortestEntry
+            else {
+                throw StoredFormDamage("the record dictionary's entry \(key.last.map(String.init) ?? "?") (\(value.count) bytes) is not entry \(dictionary.entries.count + 1)")
+            }
+            dictionary.append(value)
+        }
+        return dictionary
+    }
+}
+
+/// Why stored bytes could not be expanded into a record.
+struct StoredFormDamage: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// The record dictionary of one transaction, loaded on first use (read transactions may be shared by
+/// two threads, as `replay` does).
+final class StoredRecordDictionaryCell: @unchecked Sendable {
+    private let lock = NSLock()
+    private var dictionary: StoredRecordDictionary?
+
+    func get(_ load: () throws -> StoredRecordDictionary) throws -> StoredRecordDictionary {
+        lock.lock()
+        defer { lock.unlock() }
+        if let dictionary { return dictionary }
+        let loaded = try load()
+        dictionary = loaded
+        return loaded
+    }
+
+    func set(_ new: StoredRecordDictionary) {
+        lock.lock()
+        defer { lock.unlock() }
+        dictionary = new
+    }
+}

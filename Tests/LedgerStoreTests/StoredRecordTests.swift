@@ -1,0 +1,140 @@
+import Foundation
+import LedgerCore
+import LedgerTestSupport
+import OwnershipLedger
+import Testing
+
+@testable import LedgerStore
+
+/// The LMDB engine keeps records with their product ids replaced by dictionary references and gives
+/// every reader the canonical bytes back (`docs/storage-format.md`, "Stored form of records").
+@Suite struct StoredRecordTests {
+    let t = Fixtures.start
+    let product = "com.myrecipes.premium.monthly"
+
+    func ledger(purchases: Int) throws -> (Ledger, TemporaryDirectory) {
+        let (ledger, directory) = try Fixtures.ledger()
+        let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+        for i in 0..<purchases {
+            let answer = submit.respond(
+                to: Fixtures.line(["type": "purchase", "account": "user\(i)", "transaction": Fixtures.transaction("\(i + 1)", at: t), "at": t]))
+            #expect(Fixtures.object(answer)["decision"] as? String == "granted", "\(answer)")
+        }
+        return (ledger, directory)
+    }
+
+    /// The bytes LMDB holds for record `sequence`, as they are.
+    func stored(_ ledger: Ledger, _ sequence: UInt64) throws -> [UInt8] {
+        try ledger.store.lmdbEngine.withWriteAccess { access in
+            try KeyBuffer(sequence).with { k in try #require(try access.txn.get(access.db.log, k)).map { $0 } }
+        }
+    }
+
+    func putStored(_ ledger: Ledger, _ sequence: UInt64, _ bytes: [UInt8]) throws {
+        try ledger.store.lmdbEngine.withWriteAccess { access in
+            try KeyBuffer(sequence).with { k in _ = try bytes.withUnsafeBytes { try access.txn.put(access.db.log, k, $0) } }
+        }
+    }
+
+    func productEntry() -> [UInt8] {
+        var w = ByteWriter()
+        w.shortString(product)
+        return w.output
+    }
+
+    @Test func theStoredFormExpandsToTheCanonicalBytes() throws {
+        let entry = productEntry()
+        let dictionary = StoredRecordDictionary([Array("other-entry".utf8), entry])
+        // A header, a 0xFF byte, the product twice and an escape-like pair around it.
+        let canonical: [UInt8] = [2] + Array(repeating: 0xFF, count: 22) + [0xFF, 0x00, 7] + entry + [0xFF, 1] + entry + [0xFF]
+        let stored = try #require(dictionary.storedForm(of: canonical))
+        #expect(stored[0] == StoredRecordDictionary.marker)
+        #expect(Array(stored[1..<23]) == Array(canonical[1..<23]), "the fixed header is kept as it is")
+        #expect(stored.count == canonical.count - 2 * (entry.count - 2) + 3)
+        var expanded: [UInt8] = []
+        try stored.withUnsafeBytes { try dictionary.expand($0, into: &expanded) }
+        #expect(expanded == canonical)
+        // Without an entry to refer to, the canonical bytes are stored as they are.
+        #expect(StoredRecordDictionary([Array("absent".utf8)]).storedForm(of: canonical) == nil)
+        #expect(StoredRecordDictionary().storedForm(of: canonical) == nil)
+    }
+
+    @Test func damagedStoredBytesAreRefusedNotExpanded() {
+        let dictionary = StoredRecordDictionary([productEntry()])
+        let header: [UInt8] = [StoredRecordDictionary.marker] + Array(repeating: 1, count: 22)
+        for (bytes, reason) in [
+            (header + [5, 0xFF], "it ends inside an escape"), (header + [0xFF, 2], "it names dictionary entry 2 of 1"),
+            ([StoredRecordDictionary.marker, 1, 2], "3 bytes that are not a record in stored form"),
+        ] {
+            var out: [UInt8] = []
+            #expect(throws: StoredFormDamage.self) { try bytes.withUnsafeBytes { try dictionary.expand($0, into: &out) } }
+            do {
+                try bytes.withUnsafeBytes { try dictionary.expand($0, into: &out) }
+            } catch {
+                #expect("\(error)" == reason)
+            }
+        }
+    }
+
+    @Test func recordsNamingAProductAreStoredShorterAndReadCanonical() throws {
+        let (ledger, directory) = try ledger(purchases: 3)
+        defer { directory.remove() }
+        let dictionary = try ledger.store.lmdbEngine.withWriteAccess { try $0.recordDictionary() }
+        #expect(dictionary.entries == [productEntry()])
+        for sequence in UInt64(1)...3 {
+            let raw = try stored(ledger, sequence)
+            let canonical = try #require(try ledger.store.read { try $0.record(sequence) })
+            #expect(raw[0] == StoredRecordDictionary.marker && canonical[0] == RecordCodec.formatVersion)
+            #expect(raw.count < canonical.count - 30, "\(raw.count) stored bytes for \(canonical.count)")
+            #expect(canonical.firstRange(of: productEntry()) != nil)
+            #expect(try RecordCodec.decode(canonical, sequence: sequence).sequence == sequence)
+        }
+        #expect(try ledger.store.replay().isIntact)
+        let data = try Data(contentsOf: ledger.store.directory.appendingPathComponent("data.mdb"))
+        var found = 0
+        var searched = data.startIndex..<data.endIndex
+        while let range = data.range(of: Data(product.utf8), in: searched) {
+            found += 1
+            searched = range.upperBound..<data.endIndex
+        }
+        #expect(found == 1, "the product id is kept once, in the dictionary, not \(found) times")
+    }
+
+    @Test func recordsStoredCanonicallyBeforeStayReadable() throws {
+        let (ledger, directory) = try ledger(purchases: 2)
+        defer { directory.remove() }
+        // Record 1 as a store written before the stored form holds it.
+        let canonical = try #require(try ledger.store.read { try $0.record(1) })
+        try putStored(ledger, 1, canonical)
+        #expect(try stored(ledger, 1) == canonical)
+        #expect(try ledger.store.read { try $0.record(1) } == canonical)
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    @Test func aChangedDictionaryEntryBreaksTheChain() throws {
+        let (ledger, directory) = try ledger(purchases: 3)
+        defer { directory.remove() }
+        var changed = productEntry()
+        changed[changed.count - 1] ^= 0x20
+        try ledger.store.lmdbEngine.withWriteAccess { try $0.putMeta(StoredRecordDictionary.metaKey(1), changed) }
+        let report = try ledger.store.replay()
+        #expect(report.chainFault?.sequence == 1, "\(String(describing: report.chainFault))")
+        #expect(!report.isIntact)
+    }
+
+    @Test func aDamagedStoredRecordIsAStoreErrorThroughTheBinary() throws {
+        let (ledger, directory) = try ledger(purchases: 3)
+        defer { directory.remove() }
+        var raw = try stored(ledger, 2)
+        let escape = try #require(raw[23...].firstIndex(of: StoredRecordDictionary.escape))
+        raw[escape + 1] = 9  // a dictionary entry that does not exist
+        try putStored(ledger, 2, raw)
+        #expect(throws: LedgerStoreError.self) { try ledger.store.read { try $0.record(2) } }
+        let store = ledger.store.directory.path
+        for command in [["verify"], ["log"]] {
+            let result = try LedgerBinary.run(command + ["--store", store])
+            #expect(result.status == 3, "\(command): \(result.stderr)")
+            #expect(result.stderr.contains("record 2 cannot be read: its stored form is damaged"), "\(result.stderr)")
+        }
+    }
+}
