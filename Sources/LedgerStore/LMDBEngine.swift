@@ -8,14 +8,14 @@ import Projections
 ///
 /// | database | key → value |
 /// | --- | --- |
-/// | `log` | u64 sequence → record bytes (appended with `MDB_APPEND`) |
+/// | `log` | u64 sequence → a record, or u64 last sequence → a block of records (``LogBlock``; records in stored form, ``StoredRecordDictionary``), appended with `MDB_APPEND` |
 /// | `commands` | first 8 bytes of the command key → u64 sequence, for commands without a home lineage (`MDB_DUPSORT`, `MDB_DUPFIXED`) |
 /// | `lineages` | lineage(16) → u48 sequence ‖ first 8 bytes of the record's command key (`MDB_DUPSORT`, `MDB_DUPFIXED`) |
 /// | `account-lineages` | account(16) → lineage(16) ‖ u64 sequence (`MDB_DUPSORT`, `MDB_DUPFIXED`) |
 /// | `read-models` | `ReadModel` keys → values |
 /// | `identities` | `u` ‖ vault key(16) → pseudonym(16); `p` ‖ pseudonym(16) → sealed UID |
 /// | `merkle` | u8 level ‖ u64 index → 32-byte node |
-/// | `meta` | names → values (`MetaKey`, and `head`) |
+/// | `meta` | names → values (`MetaKey`, `head`, and the record dictionary's entries) |
 public final class LMDBEngine: LedgerEngine, @unchecked Sendable {
     static let specs: [(name: String, flags: UInt32)] = [
         ("log", 0), ("commands", UInt32(MDB_DUPSORT | MDB_DUPFIXED)), ("lineages", UInt32(MDB_DUPSORT | MDB_DUPFIXED)),
@@ -226,12 +226,16 @@ struct LMDBAccess: EngineReader, EngineWriter {
     // MARK: Log
 
     func record(_ sequence: UInt64) throws -> [UInt8]? {
-        var scratch: [UInt8] = []
-        return try KeyBuffer(sequence).with { k in
-            try txn.get(db.log, k).map { stored in try withCanonical(sequence, stored, scratch: &scratch) { Array($0) } }
+        var found: [UInt8]?
+        try forEachRecord(from: sequence, through: sequence) { _, bytes in
+            found = Array(bytes)
+            return false
         }
+        return found
     }
 
+    /// Visits the records of the log from `from` through `through`: each log entry holds one record,
+    /// or a block of consecutive ones keyed by its last (``LogBlock``).
     func forEachRecord(from: UInt64, through: UInt64, _ body: (UInt64, UnsafeRawBufferPointer) throws -> Bool) throws {
         guard from <= through else { return }
         let cursor = try txn.cursor(db.log)
@@ -239,8 +243,18 @@ struct LMDBAccess: EngineReader, EngineWriter {
         var scratch: [UInt8] = []
         var entry = try KeyBuffer(from).with { k in try cursor.get(MDB_SET_RANGE, key: k) }
         while let (key, value) = entry {
-            guard let sequence = Self.u64(key) else { throw corrupt("a log key of \(key.count) bytes") }
-            guard sequence <= through, try withCanonical(sequence, value, scratch: &scratch, { try body(sequence, $0) }) else { return }
+            guard let last = Self.u64(key) else { throw corrupt("a log key of \(key.count) bytes") }
+            var more = true
+            do {
+                try LogBlock.forEach(last: last, value) { sequence, stored in
+                    guard sequence >= from else { return true }
+                    more = try sequence <= through && withCanonical(sequence, stored, scratch: &scratch) { try body(sequence, $0) }
+                    return more
+                }
+            } catch let damage as StoredFormDamage {
+                throw corrupt("the log entry of record \(last) cannot be read: \(damage)")
+            }
+            guard more else { return }
             entry = try cursor.get(MDB_NEXT)
         }
     }
@@ -280,17 +294,23 @@ struct LMDBAccess: EngineReader, EngineWriter {
         }
     }
 
-    /// Puts `records` into the log, each in stored form when it names a dictionary entry, learning
-    /// the product ids of records that name none (new entries are written to `meta` beside them).
+    /// Puts `records` into the log, each in stored form when it names a dictionary entry (learning
+    /// the product ids of records that name none: new entries are written to `meta` beside them),
+    /// consecutive records in blocks (``LogBlock``).
     func appendRecords(_ records: [(sequence: UInt64, bytes: [UInt8])]) throws {
         guard !records.isEmpty else { return }
         var dictionary = try recordDictionary()
         let before = dictionary.entries.count
+        var stored: [(sequence: UInt64, bytes: [UInt8])] = []
+        stored.reserveCapacity(records.count)
         for (sequence, canonical) in records {
-            var stored = dictionary.storedForm(of: canonical)
-            if stored == nil, !dictionary.learn(from: canonical).isEmpty { stored = dictionary.storedForm(of: canonical) }
-            _ = try KeyBuffer(sequence).with { k in
-                try (stored ?? canonical).withUnsafeBytes { v in try txn.put(db.log, k, v, flags: MDB_APPEND) }
+            var form = dictionary.storedForm(of: canonical)
+            if form == nil, !dictionary.learn(from: canonical).isEmpty { form = dictionary.storedForm(of: canonical) }
+            stored.append((sequence, form ?? canonical))
+        }
+        for (last, value) in LogBlock.entries(stored) {
+            _ = try KeyBuffer(last).with { k in
+                try value.withUnsafeBytes { v in try txn.put(db.log, k, v, flags: MDB_APPEND) }
             }
         }
         guard dictionary.entries.count > before else { return }
@@ -303,14 +323,11 @@ struct LMDBAccess: EngineReader, EngineWriter {
     func lastSequence(recordedAtOrBefore time: Timestamp) throws -> UInt64 {
         var low: UInt64 = 0  // recorded at or before `time` (0: none)
         var high = try head().sequence + 1  // recorded after (head + 1: none known)
-        var scratch: [UInt8] = []
         while high - low > 1 {
             let middle = low + (high - low) / 2
-            let recorded = try KeyBuffer(middle).with { k -> Timestamp in
-                guard let stored = try txn.get(db.log, k) else { throw corrupt("record \(middle) is missing from the log") }
-                let recorded = try withCanonical(middle, stored, scratch: &scratch) { RecordCodec.recordedAt(of: $0) }
-                guard let recorded else { throw corrupt("record \(middle) has no readable time") }
-                return recorded
+            guard let bytes = try record(middle) else { throw corrupt("record \(middle) is missing from the log") }
+            guard let recorded = bytes.withUnsafeBytes({ RecordCodec.recordedAt(of: $0) }) else {
+                throw corrupt("record \(middle) has no readable time")
             }
             if recorded <= time { low = middle } else { high = middle }
         }

@@ -85,7 +85,7 @@ struct StoredRecordDictionary: Equatable {
         for k in startingWith[Int(c[i])] {
             let entry = entries[Int(k)]
             guard i + entry.count <= c.count, entry.count > best.map({ entries[$0].count }) ?? 0 else { continue }
-            if entry.withUnsafeBufferPointer({ e in memcmp(e.baseAddress!, c.baseAddress! + i, e.count) == 0 }) { best = Int(k) }
+            if entry.elementsEqual(c[i..<i + entry.count]) { best = Int(k) }
         }
         return best
     }
@@ -98,18 +98,17 @@ struct StoredRecordDictionary: Equatable {
         out.removeAll(keepingCapacity: true)
         out.reserveCapacity(stored.count + 64)
         out.append(RecordCodec.formatVersion)
-        out.append(contentsOf: stored[1..<Self.headerLength])
+        out.append(contentsOf: UnsafeRawBufferPointer(rebasing: stored[1..<Self.headerLength]))
         var i = Self.headerLength
         while i < stored.count {
-            let byte = stored[i]
-            i += 1
-            guard byte == Self.escape else {
-                out.append(byte)
-                continue
+            // The bytes up to the next escape, copied at once.
+            guard let escape = stored[i...].firstIndex(of: Self.escape) else {
+                out.append(contentsOf: UnsafeRawBufferPointer(rebasing: stored[i...]))
+                return
             }
-            guard i < stored.count else { throw StoredFormDamage("it ends inside an escape") }
-            let k = Int(stored[i])
-            i += 1
+            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: stored[i..<escape]))
+            guard escape + 1 < stored.count else { throw StoredFormDamage("it ends inside an escape") }
+            let k = Int(stored[escape + 1])
             if k == 0 {
                 out.append(Self.escape)
             } else if k <= entries.count {
@@ -117,6 +116,7 @@ struct StoredRecordDictionary: Equatable {
             } else {
                 throw StoredFormDamage("it names dictionary entry \(k) of \(entries.count)")
             }
+            i = escape + 2
         }
     }
 
@@ -159,7 +159,9 @@ struct StoredRecordDictionary: Equatable {
             guard key.count == metaPrefix.count + 1, key.starts(with: metaPrefix), Int(key[metaPrefix.count]) == dictionary.entries.count + 1,
                 !dictionary.isFull, value.count >= shortestEntry
             else {
-                throw StoredFormDamage("the record dictionary's entry \(key.last.map(String.init) ?? "?") (\(value.count) bytes) is not entry \(dictionary.entries.count + 1)")
+                let number = key.last.map(String.init) ?? "?"
+                throw StoredFormDamage(
+                    "the record dictionary's entry \(number) (\(value.count) bytes) is not entry \(dictionary.entries.count + 1)")
             }
             dictionary.append(value)
         }
@@ -192,5 +194,100 @@ final class StoredRecordDictionaryCell: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         dictionary = new
+    }
+}
+
+/// Consecutive records in one log entry, keyed by the last one's sequence (`docs/storage-format.md`,
+/// "Blocks"). LMDB keeps a node header, a key and a page pointer (18 bytes) per entry: a block of
+/// four ~95-byte records pays them once.
+///
+/// ```
+/// u8 0x84 ‖ varint count (2…) ‖ count × (varint length ‖ the record as a one-record entry holds it)
+/// ```
+///
+/// A log entry whose first byte is not 0x84 is one record (canonical or in stored form) under its own
+/// sequence, as every record written before blocks is.
+enum LogBlock {
+    static let marker: UInt8 = 0x84
+    /// At most this many records, and this many bytes of them, in one block: small enough that the
+    /// space left at the end of a page (less than one block) stays a few percent of it.
+    static let records = 4
+    static let bytes = 640
+
+    /// The log entries (key: last sequence, value) of `records`, stored bytes of ascending sequences.
+    static func entries(_ records: [(sequence: UInt64, bytes: [UInt8])]) -> [(last: UInt64, value: [UInt8])] {
+        var out: [(last: UInt64, value: [UInt8])] = []
+        var start = 0
+        while start < records.count {
+            var end = start + 1
+            var size = records[start].bytes.count
+            while end < records.count, end - start < Self.records, size + records[end].bytes.count <= Self.bytes,
+                records[end].sequence == records[end - 1].sequence + 1
+            {
+                size += records[end].bytes.count
+                end += 1
+            }
+            if end - start == 1 {
+                out.append((records[start].sequence, records[start].bytes))
+            } else {
+                var w = ByteWriter(capacity: size + 2 * (end - start) + 2)
+                w.u8(marker)
+                w.varint(UInt64(end - start))
+                for record in records[start..<end] { w.shortBytes(record.bytes) }
+                out.append((records[end - 1].sequence, w.output))
+            }
+            start = end
+        }
+        return out
+    }
+
+    /// Visits the records of the log entry `value` stored under `last`, as (sequence, stored bytes),
+    /// until `body` returns false. Throws when a block is damaged.
+    static func forEach(
+        last: UInt64, _ value: UnsafeRawBufferPointer, _ body: (UInt64, UnsafeRawBufferPointer) throws -> Bool
+    ) throws {
+        guard value.first == marker else {
+            _ = try body(last, value)
+            return
+        }
+        var offset = 1
+        let count = try length(value, &offset)
+        guard count >= 2, count <= value.count / 2, UInt64(count) <= last else {
+            throw StoredFormDamage("a block of \(count) records in \(value.count) bytes ending at record \(last)")
+        }
+        // The whole block is checked before any record of it is read: a damaged count or length is an
+        // error, never records read under the wrong sequences.
+        var ranges: [Range<Int>] = []
+        ranges.reserveCapacity(count)
+        for index in 0..<count {
+            let size = try length(value, &offset)
+            guard size >= 1, size <= value.count - offset, value[offset] != marker else {
+                throw StoredFormDamage("record \(index + 1) of \(count) in the block has \(size) bytes of \(value.count - offset) left")
+            }
+            ranges.append(offset..<offset + size)
+            offset += size
+        }
+        guard offset == value.count else { throw StoredFormDamage("\(value.count - offset) bytes follow the block's \(count) records") }
+        var sequence = last - UInt64(count) + 1
+        for range in ranges {
+            guard try body(sequence, UnsafeRawBufferPointer(rebasing: value[range])) else { return }
+            sequence += 1
+        }
+    }
+
+    /// A varint length at `offset` (shortest form, under 2^28).
+    private static func length(_ value: UnsafeRawBufferPointer, _ offset: inout Int) throws(StoredFormDamage) -> Int {
+        var result = 0
+        for shift in stride(from: 0, to: 28, by: 7) {
+            guard offset < value.count else { throw StoredFormDamage("it ends inside a length") }
+            let byte = value[offset]
+            offset += 1
+            result |= Int(byte & 0x7F) << shift
+            if byte & 0x80 == 0 {
+                guard byte != 0 || shift == 0 else { throw StoredFormDamage("a length not in its shortest form") }
+                return result
+            }
+        }
+        throw StoredFormDamage("a length of more than 4 bytes")
     }
 }

@@ -1,7 +1,8 @@
 // libFuzzer harness for the stored form of records (the LMDB engine's record dictionary): stored bytes
 // and dictionary entries read back from `data.mdb` must expand or be refused as damaged, never trap;
 // any canonical bytes stored with any dictionary expand to exactly those bytes, with the fixed header
-// (recordedAt, command key) in place. Built and run by `make fuzz` (Tests/Fuzz/fuzz.sh).
+// (recordedAt, command key) in place; log entries (one record or a block of them) are read or refused,
+// and blocks give back the records they were made of. Built and run by `make fuzz` (Tests/Fuzz/fuzz.sh).
 import LedgerCore
 
 @testable import LedgerStore
@@ -32,5 +33,24 @@ public func fuzzStoredRecord(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
     }
     var learning = dictionary
     _ = learning.learn(from: canonical)
+    // Log entries: any bytes are one record, a block of them, or refused; the blocks the writer makes of
+    // any records give them back in order.
+    _ = try? payload.withUnsafeBytes { raw in try LogBlock.forEach(last: UInt64(payload.count), raw) { _, _ in true } }
+    let records = payload.split(separator: 0xFC).map(Array.init).filter { $0.first != LogBlock.marker }
+    var back: [[UInt8]] = []
+    for (last, value) in LogBlock.entries(records.enumerated().map { (UInt64($0.offset + 1), $0.element) }) {
+        do {
+            try value.withUnsafeBytes { raw in
+                try LogBlock.forEach(last: last, raw) { sequence, bytes in
+                    expect(sequence == UInt64(back.count + 1), "record \(sequence) of a block read as \(back.count + 1)")
+                    back.append(Array(bytes))
+                    return true
+                }
+            }
+        } catch {
+            expect(false, "a block the writer made is refused: \(error)")
+        }
+    }
+    expect(back == records, "the blocks do not give the records back")
     return 0
 }
