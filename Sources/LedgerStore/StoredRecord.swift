@@ -35,6 +35,8 @@ struct StoredRecordDictionary: Equatable {
     private(set) var entries: [[UInt8]] = []
     /// The indexes into `entries` of the entries starting with each byte.
     private var startingWith: [[UInt8]] = Array(repeating: [], count: 256)
+    /// Whether an entry starts with each byte, or it is the escape: where the encoder looks closer.
+    private var startsAnEntryOrEscape: [Bool] = (0..<256).map { $0 == Int(StoredRecordDictionary.escape) }
 
     init(_ entries: [[UInt8]] = []) {
         for entry in entries { append(entry) }
@@ -47,6 +49,7 @@ struct StoredRecordDictionary: Equatable {
     mutating func append(_ entry: [UInt8]) {
         precondition(!isFull && entry.count >= Self.shortestEntry, "a record dictionary entry beyond its limits")
         startingWith[Int(entry[0])].append(UInt8(entries.count))
+        startsAnEntryOrEscape[Int(entry[0])] = true
         entries.append(entry)
     }
 
@@ -60,21 +63,34 @@ struct StoredRecordDictionary: Equatable {
         out.reserveCapacity(canonical.count + 8)
         var referenced = false
         canonical.withUnsafeBufferPointer { c in
-            out.append(Self.marker)
-            out.append(contentsOf: c[1..<Self.headerLength])
-            var i = Self.headerLength
-            while i < c.count {
-                let byte = c[i]
-                if let k = longestEntry(in: c, at: i) {
-                    out.append(Self.escape)
-                    out.append(UInt8(k + 1))
-                    i += entries[k].count
-                    referenced = true
-                    continue
+            startsAnEntryOrEscape.withUnsafeBufferPointer { special in
+                out.append(Self.marker)
+                out.append(contentsOf: c[1..<Self.headerLength])
+                var i = Self.headerLength
+                var copied = i  // the bytes before it are written
+                while i < c.count {
+                    let byte = c[i]
+                    guard special[Int(byte)] else {
+                        i += 1
+                        continue
+                    }
+                    if let k = longestEntry(in: c, at: i) {
+                        out.append(contentsOf: c[copied..<i])
+                        out.append(Self.escape)
+                        out.append(UInt8(k + 1))
+                        i += entries[k].count
+                        copied = i
+                        referenced = true
+                    } else if byte == Self.escape {
+                        out.append(contentsOf: c[copied...i])
+                        out.append(0)
+                        i += 1
+                        copied = i
+                    } else {
+                        i += 1
+                    }
                 }
-                out.append(byte)
-                if byte == Self.escape { out.append(0) }
-                i += 1
+                out.append(contentsOf: c[copied...])
             }
         }
         return referenced ? out : nil
