@@ -241,6 +241,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
         let cursor = try txn.cursor(db.log)
         defer { cursor.close() }
         var scratch: [UInt8] = []
+        var dictionary: StoredRecordDictionary?
         var entry = try KeyBuffer(from).with { k in try cursor.get(MDB_SET_RANGE, key: k) }
         while let (key, value) = entry {
             guard let last = Self.u64(key) else { throw corrupt("a log key of \(key.count) bytes") }
@@ -248,7 +249,11 @@ struct LMDBAccess: EngineReader, EngineWriter {
             do {
                 try LogBlock.forEach(last: last, value) { sequence, stored in
                     guard sequence >= from else { return true }
-                    more = try sequence <= through && withCanonical(sequence, stored, scratch: &scratch) { try body(sequence, $0) }
+                    guard sequence <= through else {
+                        more = false
+                        return false
+                    }
+                    more = try withCanonical(sequence, stored, scratch: &scratch, dictionary: &dictionary) { try body(sequence, $0) }
                     return more
                 }
             } catch let damage as StoredFormDamage {
@@ -260,14 +265,16 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     /// Calls `body` with the canonical bytes of the record stored as `stored`: the stored bytes
-    /// themselves, or their expansion into `scratch` when they are in stored form. Every read of the
-    /// log goes through here.
+    /// themselves, or their expansion into `scratch` when they are in stored form (with `dictionary`,
+    /// loaded into it on first use). Every read of the log goes through here.
     func withCanonical<R>(
-        _ sequence: UInt64, _ stored: UnsafeRawBufferPointer, scratch: inout [UInt8], _ body: (UnsafeRawBufferPointer) throws -> R
+        _ sequence: UInt64, _ stored: UnsafeRawBufferPointer, scratch: inout [UInt8], dictionary: inout StoredRecordDictionary?,
+        _ body: (UnsafeRawBufferPointer) throws -> R
     ) throws -> R {
         guard StoredRecordDictionary.isStoredForm(stored) else { return try body(stored) }
+        if dictionary == nil { dictionary = try recordDictionary() }
         do {
-            try recordDictionary().expand(stored, into: &scratch)
+            try dictionary?.expand(stored, into: &scratch)
         } catch {
             throw corrupt("record \(sequence) cannot be read: its stored form is damaged (\(error))")
         }

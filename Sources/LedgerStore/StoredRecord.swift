@@ -273,21 +273,20 @@ enum LogBlock {
         }
         // The whole block is checked before any record of it is read: a damaged count or length is an
         // error, never records read under the wrong sequences.
-        var ranges: [Range<Int>] = []
-        ranges.reserveCapacity(count)
+        let first = offset
         for index in 0..<count {
             let size = try length(value, &offset)
             guard size >= 1, size <= value.count - offset, value[offset] != marker else {
                 throw StoredFormDamage("record \(index + 1) of \(count) in the block has \(size) bytes of \(value.count - offset) left")
             }
-            ranges.append(offset..<offset + size)
             offset += size
         }
         guard offset == value.count else { throw StoredFormDamage("\(value.count - offset) bytes follow the block's \(count) records") }
-        var sequence = last - UInt64(count) + 1
-        for range in ranges {
-            guard try body(sequence, UnsafeRawBufferPointer(rebasing: value[range])) else { return }
-            sequence += 1
+        offset = first
+        for sequence in last - UInt64(count) + 1...last {
+            let size = try length(value, &offset)
+            guard try body(sequence, UnsafeRawBufferPointer(rebasing: value[offset..<offset + size])) else { return }
+            offset += size
         }
     }
 
