@@ -2,12 +2,16 @@
 ///
 /// - Warning: These cases and their payloads are the storage format. Add cases and give them new
 ///   tags in `EventCodec`; never rename, reorder, remove or repurpose one.
+///
+/// The facts, the support steps and the upgrade record are `indirect` (their payloads, the largest,
+/// live in a box): an event is then the size of the largest effect, a few times smaller, and a replay
+/// (`verify`, `rebuild`) moves and copies millions of them. A fact costs one allocation more.
 public enum LedgerEvent: Equatable, Sendable {
     // MARK: Verified facts: what a verifier submitted, first in its batch.
     /// A verified store transaction was submitted (purchase, renewal, restore or reconciliation).
-    case transactionSubmitted(TransactionSubmitted)
+    indirect case transactionSubmitted(TransactionSubmitted)
     /// A verified App Store Server Notification V2 arrived.
-    case notificationReceived(NotificationReceived)
+    indirect case notificationReceived(NotificationReceived)
     /// The authenticated owner asked to delete their account.
     case accountDeletionRequested(account: AccountID)
 
@@ -29,20 +33,20 @@ public enum LedgerEvent: Equatable, Sendable {
 
     // MARK: Support recovery.
     /// A roster administrator enrolled a staff member.
-    case staffEnrolled(StaffEnrolled)
+    indirect case staffEnrolled(StaffEnrolled)
     /// A roster administrator removed a staff member.
-    case staffRemoved(StaffRemoved)
+    indirect case staffRemoved(StaffRemoved)
     /// An administrator signed a roster change that needs a second administrator's signature; the
     /// roster changes only when another administrator co-signs it (`staffEnrolled`/`staffRemoved`).
-    case rosterChangeProposed(RosterChange)
+    indirect case rosterChangeProposed(RosterChange)
     /// An operator opened a transfer and signed its plan.
-    case transferRequested(TransferRequested)
+    indirect case transferRequested(TransferRequested)
     /// A different approver signed the same plan.
-    case transferApproved(TransferApproved)
+    indirect case transferApproved(TransferApproved)
     /// The lineage was rebound to the target account. Never grants an entitlement.
-    case transferApplied(TransferApplied)
+    indirect case transferApplied(TransferApplied)
     /// A transfer step was refused; nothing moved.
-    case transferRefused(TransferRefused)
+    indirect case transferRefused(TransferRefused)
 
     // MARK: Decisions.
     /// What the ledger told the caller, last in its record.
@@ -50,7 +54,7 @@ public enum LedgerEvent: Equatable, Sendable {
 
     // MARK: Storage.
     /// The store was upgraded from an older storage format: record 1 of the upgraded store.
-    case storeUpgraded(StoreUpgraded)
+    indirect case storeUpgraded(StoreUpgraded)
 }
 
 /// How a transaction reached the ledger.
