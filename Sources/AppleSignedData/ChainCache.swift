@@ -1,5 +1,6 @@
 import Foundation
 import LedgerCrypto
+import StrictJSON
 
 /// The part of an `x5c` chain's validation that does not depend on the time: OpenSSL built a path
 /// from the leaf through the intermediate to a configured root, it has exactly 3 certificates, and
@@ -13,6 +14,10 @@ final class ValidatedChain: @unchecked Sendable {
     /// signature (the signature step of every JWS reports it).
     let leafKey: Result<PublicKey, VerificationError>
     let leafSubject: String
+    /// The Unix seconds at which every certificate of the path is valid (the intersection of their
+    /// ``X509Certificate/validitySeconds()``); nil when one of them has no such range, and then
+    /// ``isValid(at:)`` asks OpenSSL for each certificate on each use.
+    let validity: Range<Int64>?
 
     init(leaf: X509Certificate, intermediate: X509Certificate, path: [X509Certificate]) throws(VerificationError) {
         self.leaf = leaf
@@ -25,51 +30,76 @@ final class ValidatedChain: @unchecked Sendable {
             leafKey = .failure(VerificationError(.verificationFailed, "leaf public key cannot be decoded: \(error.detail)"))
         }
         leafSubject = try leaf.subject()
+        var validity: Range<Int64>? = Int64.min..<Int64.max
+        for certificate in path {
+            guard let current = validity, let range = certificate.validitySeconds(), range.overlaps(current) else {
+                validity = nil
+                break
+            }
+            validity = current.clamped(to: range)
+        }
+        self.validity = validity
     }
 
     /// True when every certificate of the path is valid at `time` (Unix seconds), compared as
     /// `X509_verify_cert` compares: the chain validated then validates at `time` too.
-    func isValid(at time: Int64) -> Bool { path.allSatisfy { $0.isValid(at: time) } }
+    func isValid(at time: Int64) -> Bool {
+        if let validity { return validity.contains(time) }
+        return path.allSatisfy { $0.isValid(at: time) }
+    }
 }
 
-/// Chain validations already made, so that a JWS whose `x5c` chain was seen before costs one
-/// ECDSA verification: a bounded LRU of successful outcomes keyed by SHA-256 over the `x5c`
-/// certificates' DER. Only successes are kept, and each JWS still has its chain checked at its own
-/// time (``ValidatedChain/isValid(at:)``; outside it the chain is validated again, for OpenSSL's
-/// exact reason), so the cache never accepts what validation would refuse. Safe to use from any
-/// number of threads.
+/// JWS headers already verified, so that a JWS whose header was seen before costs one ECDSA
+/// verification: a bounded LRU of successful outcomes keyed by the header segment's exact bytes
+/// (the base64url text before the first dot, which holds `alg` and the `x5c` chain). Equal bytes
+/// decode to the same header and the same certificates, so the header's checks (alg, crit, x5c) and
+/// the chain's validation hold for it as they did; only successes are kept. Each JWS still has its
+/// chain checked at its own time (``ValidatedChain/isValid(at:)``; outside it the chain is validated
+/// again, for OpenSSL's exact reason), its signature verified and its payload checked, so the cache
+/// never accepts what verification without it would refuse. Safe to use from any number of threads.
 final class ChainCache: @unchecked Sendable {
-    /// The most chains kept (Apple signs with a handful of leaf certificates at a time).
+    /// A verified header and the chain its `x5c` validated to.
+    struct Entry {
+        let header: JSONMembers
+        let chain: ValidatedChain
+    }
+
+    /// A header segment's bytes, hashed in one pass (an array hashes element by element).
+    struct Key: Hashable {
+        let bytes: [UInt8]
+
+        func hash(into hasher: inout Hasher) { bytes.withUnsafeBytes { hasher.combine(bytes: $0) } }
+
+        static func == (lhs: Key, rhs: Key) -> Bool {
+            guard lhs.bytes.count == rhs.bytes.count else { return false }
+            return lhs.bytes.withUnsafeBytes { left in
+                rhs.bytes.withUnsafeBytes { right in
+                    guard let left = left.baseAddress, let right = right.baseAddress else { return true }  // both empty
+                    return memcmp(left, right, lhs.bytes.count) == 0
+                }
+            }
+        }
+    }
+
+    /// The most headers kept (Apple signs with a handful of leaf certificates at a time).
     let capacity: Int
     private let lock = NSLock()
-    private var entries: [[UInt8]: (chain: ValidatedChain, lastUse: UInt64)] = [:]
+    private var entries: [Key: (entry: Entry, lastUse: UInt64)] = [:]
     private var uses: UInt64 = 0
     private var found = 0
     private var notFound = 0
 
     init(capacity: Int = 64) { self.capacity = max(1, capacity) }
 
-    /// The cache key of an `x5c` chain: SHA-256 over each certificate's DER, length-prefixed.
-    static func key(_ certificates: [[UInt8]]) throws(VerificationError) -> [UInt8] {
-        var parts: [[UInt8]] = []
-        for der in certificates {
-            parts.append(withUnsafeBytes(of: UInt32(truncatingIfNeeded: der.count).bigEndian) { Array($0) })
-            parts.append(der)
-        }
-        do {
-            return try Digest.sha256(parts: parts)
-        } catch {
-            throw VerificationError(.cryptoFailure, "\(error)")
-        }
-    }
-
     var count: Int { lock.withLock { entries.count } }
-    /// Lookups that found a chain, and lookups that did not.
+    /// Lookups that found a header, and lookups that did not.
     var hits: Int { lock.withLock { found } }
     var misses: Int { lock.withLock { notFound } }
 
-    func chain(for key: [UInt8]) -> ValidatedChain? {
-        lock.withLock {
+    /// The entry of the header segment `header` (its exact bytes), if it verified before.
+    func entry(for header: UnsafeBufferPointer<UInt8>) -> Entry? {
+        let key = Key(bytes: Array(header))
+        return lock.withLock {
             uses += 1
             guard let entry = entries[key] else {
                 notFound += 1
@@ -77,18 +107,19 @@ final class ChainCache: @unchecked Sendable {
             }
             found += 1
             entries[key]?.lastUse = uses
-            return entry.chain
+            return entry.entry
         }
     }
 
-    /// Keeps `chain`, evicting the least recently used chain when full.
-    func insert(_ chain: ValidatedChain, for key: [UInt8]) {
+    /// Keeps `entry` for the header segment `header`, evicting the least recently used entry when full.
+    func insert(_ entry: Entry, for header: UnsafeBufferPointer<UInt8>) {
+        let key = Key(bytes: Array(header))
         lock.withLock {
             uses += 1
             if entries[key] == nil, entries.count >= capacity, let oldest = entries.min(by: { $0.value.lastUse < $1.value.lastUse }) {
                 entries[oldest.key] = nil
             }
-            entries[key] = (chain, uses)
+            entries[key] = (entry, uses)
         }
     }
 }

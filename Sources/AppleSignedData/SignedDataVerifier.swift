@@ -47,7 +47,7 @@ public struct SignedDataVerifier: Sendable {
     public let configuration: VerifierConfiguration
     /// The configured roots in one OpenSSL store, built once.
     let validator: ChainValidator
-    /// Chains validated before (shared by copies of this verifier).
+    /// Headers verified and chains validated before (shared by copies of this verifier).
     let chains: ChainCache
 
     /// Leaf (App Store receipt signing) and intermediate (Apple WWDR) extension OIDs.
@@ -56,8 +56,8 @@ public struct SignedDataVerifier: Sendable {
 
     /// Checks the configuration: at least one decodable root, appAppleId for Production,
     /// and `allowLocalTesting` for Xcode/LocalTesting. Failures are `.invalidConfiguration`.
-    /// `cachedChains`: how many distinct validated `x5c` chains to remember, so that a JWS with a
-    /// known chain costs one ECDSA verification (docs/verification.md).
+    /// `cachedChains`: how many distinct verified JWS headers (each with its validated `x5c` chain) to
+    /// remember, so that a JWS with a known header costs one ECDSA verification (docs/verification.md).
     public init(configuration: VerifierConfiguration, cachedChains: Int = 64) throws(VerificationError) {
         guard !configuration.rootCertificates.isEmpty else {
             throw VerificationError(.invalidConfiguration, "at least one root certificate is required")
@@ -160,14 +160,28 @@ public struct SignedDataVerifier: Sendable {
 
     /// Steps 1–6 of `docs/verification.md`. `kind == nil` guesses the kind and skips identity checks.
     func verifyJWS(_ jws: String, kind requestedKind: SignedDataKind?, now: Int64) throws(VerificationError) -> Verified {
+        var text = jws
+        return try text.withUTF8 { bytes in
+            Result { () throws(VerificationError) in try verifyJWS(utf8: bytes, kind: requestedKind, now: now) }
+        }.get()
+    }
+
+    /// ``verifyJWS(_:kind:now:)`` on the JWS's UTF-8 bytes, read in place.
+    func verifyJWS(utf8 jws: UnsafeBufferPointer<UInt8>, kind requestedKind: SignedDataKind?, now: Int64) throws(VerificationError)
+        -> Verified
+    {
         // 1. Shape.
-        let segments = jws.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard segments.count == 3 else {
-            throw VerificationError(.invalidJWSFormat, "JWS has \(segments.count) segment\(segments.count == 1 ? "" : "s"); exactly 3 are required")
+        guard let segments = CompactJWS(jws) else {
+            let count = CompactJWS.segmentCount(jws)
+            throw VerificationError(.invalidJWSFormat, "JWS has \(count) segment\(count == 1 ? "" : "s"); exactly 3 are required")
         }
-        let header = try Self.jsonSegment(segments[0], name: "header")
-        let payload = try Self.jsonSegment(segments[1], name: "payload")
-        guard let signature = Base64URL.decode(utf8: segments[2]) else {
+        let headerSegment = UnsafeBufferPointer(rebasing: jws[segments.header])
+        // A header whose exact bytes verified before passed step 2 and had its chain validated (ChainCache).
+        let known = configuration.environment.isLocal ? nil : chains.entry(for: headerSegment)
+        let header: JSONMembers
+        if let known { header = known.header } else { header = try Self.jsonSegment(headerSegment, name: "header") }
+        let payload = try Self.jsonSegment(UnsafeBufferPointer(rebasing: jws[segments.payload]), name: "payload")
+        guard let signature = Base64URL.decode(utf8: UnsafeBufferPointer(rebasing: jws[segments.signature])) else {
             throw VerificationError(.invalidJWSFormat, "JWS signature is not canonical base64url")
         }
         let kind = requestedKind ?? SignedDataKind.guess(payload)
@@ -175,43 +189,27 @@ public struct SignedDataVerifier: Sendable {
 
         // 3. Xcode / LocalTesting configurations (allowed only with allowLocalTesting): decode + identity only.
         if !configuration.environment.isLocal {
-            // 2. Header.
-            guard let alg = header["alg"] else {
-                throw VerificationError(.invalidJWSFormat, "JWS header has no alg; ES256 is required")
-            }
-            guard let algName = alg.string, JSONBytes.equal(algName, "ES256") else {
-                throw VerificationError(.invalidJWSFormat, "JWS alg is \(Self.describe(alg)); only ES256 is accepted")
-            }
-            // RFC 7515 §4.1.11: critical extensions this verifier does not implement must be refused.
-            if header["crit"] != nil {
-                throw VerificationError(.invalidJWSFormat, "JWS header lists critical extensions (crit); none are supported")
-            }
-            guard let x5cValue = header["x5c"] else {
-                throw VerificationError(.invalidJWSFormat, "JWS header has no x5c certificate chain")
-            }
-            guard case .array(let x5c) = x5cValue else {
-                throw VerificationError(.invalidJWSFormat, "JWS header x5c is not an array")
-            }
-            guard x5c.count == 3 else {
-                throw VerificationError(
-                    .invalidJWSFormat, "x5c holds \(x5c.count) certificate\(x5c.count == 1 ? "" : "s"); exactly 3 are required")
-            }
-            var ders: [[UInt8]] = []
-            for (index, entry) in x5c.enumerated() {
-                guard case .string(let text) = entry else {
-                    throw VerificationError(.invalidCertificate, "x5c[\(index)] is not a string")
-                }
-                guard let der = Base64.decode(text) else {
-                    throw VerificationError(.invalidCertificate, "x5c[\(index)] is not valid base64 (canonical, padded: RFC 4648 §4)")
-                }
-                ders.append(der)
+            // 2. Header (alg, crit, x5c), then the x5c certificates.
+            let certificates: (leaf: X509Certificate, intermediate: X509Certificate)
+            if let known {
+                certificates = (known.chain.leaf, known.chain.intermediate)
+            } else {
+                certificates = try Self.x5cCertificates(header)
             }
 
             // 4. Chain at the effective time, then the Apple OIDs.
-            let (chain, time) = try validatedChain(ders, payload: payload, kind: kind, now: now)
+            let time = try effectiveTime(payload, kind: kind, now: now)
+            let chain: ValidatedChain
+            if let cached = known?.chain, cached.isValid(at: time) {
+                chain = cached
+            } else {
+                chain = try validateChain(leaf: certificates.leaf, intermediate: certificates.intermediate, time: time)
+                chains.insert(ChainCache.Entry(header: header, chain: chain), for: headerSegment)
+            }
 
             // 5. ES256 signature with the leaf key, over the ASCII bytes `header.payload`.
-            try Self.verifySignature(signature, input: Array(jws.utf8[..<segments[1].endIndex]), key: chain.leafKey)
+            let signingInput = UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: jws[segments.signingInput]))
+            try Self.verifySignature(signature, input: signingInput, key: chain.leafKey)
             verified.leafSubject = chain.leafSubject
             verified.validatedAt = time
         }
@@ -221,7 +219,51 @@ public struct SignedDataVerifier: Sendable {
         return verified
     }
 
-    static func jsonSegment(_ segment: Substring.UTF8View, name: String) throws(VerificationError) -> JSONMembers {
+    /// Step 2: the header's `alg` is ES256, it lists no critical extensions, and its `x5c` holds three
+    /// canonical base64 DER certificates; returns the leaf and the intermediate. `x5c[2]` is parsed
+    /// but never used: only configured roots are trusted.
+    static func x5cCertificates(_ header: JSONMembers) throws(VerificationError) -> (X509Certificate, X509Certificate) {
+        guard let alg = header["alg"] else {
+            throw VerificationError(.invalidJWSFormat, "JWS header has no alg; ES256 is required")
+        }
+        guard let algName = alg.string, JSONBytes.equal(algName, "ES256") else {
+            throw VerificationError(.invalidJWSFormat, "JWS alg is \(Self.describe(alg)); only ES256 is accepted")
+        }
+        // RFC 7515 §4.1.11: critical extensions this verifier does not implement must be refused.
+        if header["crit"] != nil {
+            throw VerificationError(.invalidJWSFormat, "JWS header lists critical extensions (crit); none are supported")
+        }
+        guard let x5cValue = header["x5c"] else {
+            throw VerificationError(.invalidJWSFormat, "JWS header has no x5c certificate chain")
+        }
+        guard case .array(let x5c) = x5cValue else {
+            throw VerificationError(.invalidJWSFormat, "JWS header x5c is not an array")
+        }
+        guard x5c.count == 3 else {
+            throw VerificationError(
+                .invalidJWSFormat, "x5c holds \(x5c.count) certificate\(x5c.count == 1 ? "" : "s"); exactly 3 are required")
+        }
+        var ders: [[UInt8]] = []
+        for (index, entry) in x5c.enumerated() {
+            guard case .string(let text) = entry else {
+                throw VerificationError(.invalidCertificate, "x5c[\(index)] is not a string")
+            }
+            guard let der = Base64.decode(text) else {
+                throw VerificationError(.invalidCertificate, "x5c[\(index)] is not valid base64 (canonical, padded: RFC 4648 §4)")
+            }
+            ders.append(der)
+        }
+        var certificates: [X509Certificate] = []
+        for (index, der) in ders.enumerated() {
+            guard let certificate = X509Certificate(der: der) else {
+                throw VerificationError(.invalidCertificate, "x5c[\(index)] is not a DER X.509 certificate")
+            }
+            certificates.append(certificate)
+        }
+        return (certificates[0], certificates[1])
+    }
+
+    static func jsonSegment(_ segment: UnsafeBufferPointer<UInt8>, name: String) throws(VerificationError) -> JSONMembers {
         guard let bytes = Base64URL.decode(utf8: segment) else {
             throw VerificationError(.invalidJWSFormat, "JWS \(name) is not canonical base64url")
         }
@@ -254,31 +296,6 @@ public struct SignedDataVerifier: Sendable {
         return ms / 1000 - (ms % 1000 < 0 ? 1 : 0)  // floor, without overflow at Int64.min
     }
 
-    /// The `x5c` chain `ders` validated at the payload's effective time: from the cache when this
-    /// chain validated before and every certificate of its path is valid at that time, else by
-    /// OpenSSL (whose failure, e.g. "certificate has expired", is the error). `x5c[2]` is parsed
-    /// but never used: only configured roots are trusted.
-    func validatedChain(_ ders: [[UInt8]], payload: JSONMembers, kind: SignedDataKind, now: Int64) throws(VerificationError)
-        -> (ValidatedChain, time: Int64)
-    {
-        let key = try ChainCache.key(ders)
-        let cached = chains.chain(for: key)
-        var certificates = cached.map { [$0.leaf, $0.intermediate] } ?? []
-        if cached == nil {
-            for (index, der) in ders.enumerated() {
-                guard let certificate = X509Certificate(der: der) else {
-                    throw VerificationError(.invalidCertificate, "x5c[\(index)] is not a DER X.509 certificate")
-                }
-                certificates.append(certificate)
-            }
-        }
-        let time = try effectiveTime(payload, kind: kind, now: now)
-        if let cached, cached.isValid(at: time) { return (cached, time) }
-        let chain = try validateChain(leaf: certificates[0], intermediate: certificates[1], time: time)
-        chains.insert(chain, for: key)
-        return (chain, time)
-    }
-
     func validateChain(leaf: X509Certificate, intermediate: X509Certificate, time: Int64) throws(VerificationError) -> ValidatedChain {
         let path = try validator.validate(leaf: leaf, intermediate: intermediate, time: time)
         guard path.count == 3 else {
@@ -295,18 +312,13 @@ public struct SignedDataVerifier: Sendable {
     }
 
     /// `key`: the leaf's key, or why it cannot verify an ES256 signature (``ValidatedChain/leafKey``).
-    static func verifySignature(_ signature: [UInt8], input: [UInt8], key: Result<PublicKey, VerificationError>) throws(VerificationError) {
+    static func verifySignature(_ signature: [UInt8], input: UnsafeRawBufferPointer, key: Result<PublicKey, VerificationError>)
+        throws(VerificationError)
+    {
         guard signature.count == 64 else {
             throw VerificationError(.verificationFailed, "ES256 signature is \(signature.count) bytes; 64 (R‖S) are required")
         }
-        let der: [UInt8]
-        do {
-            der = try ES256Signature.der(fromRaw: signature)
-        } catch {
-            throw VerificationError(.cryptoFailure, "\(error)")
-        }
-        let key = try key.get()
-        guard try key.verifySHA256(derSignature: der, message: input) else {
+        guard try key.get().verifyES256(signature: signature, message: input) else {
             throw VerificationError(.verificationFailed, "ES256 signature does not verify with the leaf certificate's key")
         }
     }

@@ -51,6 +51,28 @@ final class X509Certificate {
         return X509_cmp_time(X509_get0_notBefore(pointer), &time) == -1 && X509_cmp_time(X509_get0_notAfter(pointer), &time) == 1
     }
 
+    /// The Unix seconds `notBefore..<notAfter` for which ``isValid(at:)`` is true, read once from the two
+    /// fields and checked with OpenSSL's own comparison just inside and just outside each edge (each side
+    /// of the comparison is monotone in the time, so agreeing there it agrees everywhere); nil when a field
+    /// is unreadable or OpenSSL disagrees.
+    func validitySeconds() -> Range<Int64>? {
+        guard let from = Self.seconds(X509_get0_notBefore(pointer)), let until = Self.seconds(X509_get0_notAfter(pointer)),
+            from < until, isValid(at: from), !isValid(at: from - 1), isValid(at: until - 1), !isValid(at: until)
+        else { return nil }
+        return from..<until
+    }
+
+    /// An ASN1 time (UTCTime or GeneralizedTime) in Unix seconds; nil when OpenSSL cannot read it.
+    private static func seconds(_ time: UnsafePointer<ASN1_TIME>?) -> Int64? {
+        var fields = tm()
+        guard let time, ASN1_TIME_to_tm(time, &fields) == 1 else {
+            ERR_clear_error()
+            return nil
+        }
+        let seconds = timegm(&fields)
+        return seconds == -1 ? nil : Int64(seconds)
+    }
+
     /// True when the certificate carries an extension with this dotted OID (value not inspected).
     func hasExtension(oid: String) throws(VerificationError) -> Bool {
         guard let object = OBJ_txt2obj(oid, 1) else { throw .cryptoFailure("OBJ_txt2obj(\(oid))") }
@@ -73,11 +95,22 @@ final class X509Certificate {
     }
 }
 
-/// Owns one OpenSSL `EVP_PKEY*`, freed in `deinit`.
+/// Owns one OpenSSL `EVP_PKEY*` (and, for an EC key, its `EC_KEY*`), freed in `deinit`.
 final class PublicKey {
     let pointer: OpaquePointer
-    init(_ pointer: OpaquePointer) { self.pointer = pointer }
-    deinit { EVP_PKEY_free(pointer) }
+    /// The EC key inside, taken once so that each ES256 signature costs `ECDSA_do_verify` alone; nil
+    /// for a key of another type.
+    private let ecKey: OpaquePointer?
+
+    init(_ pointer: OpaquePointer) {
+        self.pointer = pointer
+        ecKey = EVP_PKEY_get_base_id(pointer) == EVP_PKEY_EC ? ledger_pkey_get1_ec_key(pointer) : nil
+    }
+
+    deinit {
+        if let ecKey { ledger_ec_key_free(ecKey) }
+        EVP_PKEY_free(pointer)
+    }
 
     /// True for an EC key on the named curve P-256 (prime256v1); false for any other key, including an EC key
     /// with explicit curve parameters (which has no group name).
@@ -93,19 +126,35 @@ final class PublicKey {
         return group == "prime256v1" || group == "P-256"
     }
 
-    /// Whether the DER ECDSA signature over SHA-256(`message`) verifies with this key.
-    func verifySHA256(derSignature: [UInt8], message: [UInt8]) throws(VerificationError) -> Bool {
-        guard let context = EVP_MD_CTX_new() else { throw .cryptoFailure("EVP_MD_CTX_new") }
-        defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, pointer) == 1 else {
-            throw .cryptoFailure("EVP_DigestVerifyInit(ES256)")
+    /// Whether `signature`, 64 bytes R‖S (JOSE's form), is an ECDSA signature of SHA-256(`message`) by this
+    /// EC key: what `EVP_DigestVerify` answers for the same signature in DER, without the EVP set-up or the
+    /// DER round trip. R and S outside [1, n − 1] do not verify.
+    func verifyES256(signature: [UInt8], message: UnsafeRawBufferPointer) throws(VerificationError) -> Bool {
+        guard signature.count == 64 else { return false }
+        guard let ecKey else { throw .cryptoFailure("EVP_PKEY_get1_EC_KEY") }
+        let digest: Digest32
+        do {
+            digest = try Digest.sha256(message)
+        } catch {
+            throw VerificationError(.cryptoFailure, "\(error)")
         }
-        switch EVP_DigestVerify(context, derSignature, derSignature.count, message, message.count) {
+        guard let ecdsa = ECDSA_SIG_new() else { throw .cryptoFailure("ECDSA_SIG_new") }
+        defer { ECDSA_SIG_free(ecdsa) }
+        let (r, s) = signature.withUnsafeBufferPointer { raw in
+            (BN_bin2bn(raw.baseAddress, 32, nil), BN_bin2bn(raw.baseAddress.map { $0 + 32 }, 32, nil))
+        }
+        guard let r, let s, ECDSA_SIG_set0(ecdsa, r, s) == 1 else {  // on success `ecdsa` owns r and s
+            BN_free(r)
+            BN_free(s)
+            throw .cryptoFailure("BN_bin2bn / ECDSA_SIG_set0")
+        }
+        let verdict = digest.withBytes { ledger_ecdsa_do_verify($0.baseAddress?.assumingMemoryBound(to: UInt8.self), 32, ecdsa, ecKey) }
+        switch verdict {
         case 1: return true
         case 0:
             ERR_clear_error()  // a signature that does not verify queues its reason
             return false
-        default: throw .cryptoFailure("EVP_DigestVerify(ES256)")
+        default: throw .cryptoFailure("ECDSA_do_verify(ES256)")
         }
     }
 }

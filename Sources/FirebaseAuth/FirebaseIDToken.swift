@@ -60,10 +60,18 @@ public struct FirebaseIDToken: Sendable {
         guard token.utf8.count <= Self.maximumLength else {
             throw TokenError(.malformedToken, "the token is longer than \(Self.maximumLength) bytes")
         }
-        let parts = token.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard parts.count == 3 else { throw TokenError(.malformedToken, "the token is not three base64url parts joined by dots") }
-        guard let headerBytes = Base64URL.decode(Substring(parts[0])), let payloadBytes = Base64URL.decode(Substring(parts[1])),
-            let signature = Base64URL.decode(Substring(parts[2]))
+        var text = token
+        self = try text.withUTF8 { bytes in Result { () throws(TokenError) in try FirebaseIDToken(utf8: bytes) } }.get()
+    }
+
+    /// ``init(_:)`` on the token's UTF-8 bytes, read in place.
+    private init(utf8 token: UnsafeBufferPointer<UInt8>) throws(TokenError) {
+        guard let parts = CompactJWS(token) else {
+            throw TokenError(.malformedToken, "the token is not three base64url parts joined by dots")
+        }
+        guard let headerBytes = Base64URL.decode(utf8: UnsafeBufferPointer(rebasing: token[parts.header])),
+            let payloadBytes = Base64URL.decode(utf8: UnsafeBufferPointer(rebasing: token[parts.payload])),
+            let signature = Base64URL.decode(utf8: UnsafeBufferPointer(rebasing: token[parts.signature]))
         else { throw TokenError(.malformedToken, "a part of the token is not canonical base64url") }
         // Strictly: a key given twice (two `sub`s, two `alg`s) is refused, never resolved.
         let reader = JSONReader(maximumDepth: 8, maximumBytes: Self.maximumLength)
@@ -85,7 +93,7 @@ public struct FirebaseIDToken: Sendable {
         expiresAt = try Self.numericDate(claims, "exp")
         issuedAt = try Self.numericDate(claims, "iat")
         authTime = try Self.numericDate(claims, "auth_time")
-        signingInput = Array(token.utf8.prefix(parts[0].count + 1 + parts[1].count))
+        signingInput = Array(token[parts.signingInput])
         self.signature = signature
     }
 
@@ -255,15 +263,10 @@ final class VerifiedTokens: @unchecked Sendable {
         let key: RSAPublicKey
     }
 
-    /// A SHA-256 digest as four words (cheap to hash and compare).
-    struct Digest256: Hashable {
-        let a: UInt64, b: UInt64, c: UInt64, d: UInt64
-    }
-
     private let half: Int
     private let lock = NSLock()
-    private var current: [Digest256: Entry] = [:]
-    private var previous: [Digest256: Entry] = [:]
+    private var current: [Digest32: Entry] = [:]
+    private var previous: [Digest32: Entry] = [:]
     private var hits = 0
     private var misses = 0
 
@@ -274,13 +277,12 @@ final class VerifiedTokens: @unchecked Sendable {
     var counts: (hits: Int, misses: Int) { lock.withLock { (hits, misses) } }
 
     /// SHA-256 of `token`'s UTF-8 bytes; nil only when libcrypto fails (the token is then verified in full).
-    static func digest(_ token: String) -> Digest256? {
-        guard let bytes = try? LedgerCrypto.Digest.sha256(Array(token.utf8)), bytes.count == 32 else { return nil }
-        func word(_ at: Int) -> UInt64 { bytes[at..<(at + 8)].reduce(0) { $0 << 8 | UInt64($1) } }
-        return Digest256(a: word(0), b: word(8), c: word(16), d: word(24))
+    static func digest(_ token: String) -> Digest32? {
+        var text = token
+        return text.withUTF8 { try? LedgerCrypto.Digest.sha256(UnsafeRawBufferPointer($0)) }
     }
 
-    subscript(digest: Digest256) -> Entry? {
+    subscript(digest: Digest32) -> Entry? {
         get {
             lock.withLock {
                 if let entry = current[digest] {
@@ -303,7 +305,7 @@ final class VerifiedTokens: @unchecked Sendable {
         }
     }
 
-    func remove(_ digest: Digest256) {
+    func remove(_ digest: Digest32) {
         lock.withLock {
             current[digest] = nil
             previous[digest] = nil
@@ -311,7 +313,7 @@ final class VerifiedTokens: @unchecked Sendable {
     }
 
     /// Under `lock`.
-    private func insert(_ entry: Entry, _ digest: Digest256) {
+    private func insert(_ entry: Entry, _ digest: Digest32) {
         if current.count >= half, current[digest] == nil {
             previous = current
             current = [:]

@@ -13,7 +13,7 @@ public final class LogHasher {
 
     public func leafHash(_ record: UnsafeRawBufferPointer) throws -> Digest32 {
         var prefix: UInt8 = 0
-        return try withUnsafeBytes(of: &prefix) { try sha256($0, record) }
+        return try withUnsafeBytes(of: &prefix) { try Digest.sha256($0, record) }
     }
 
     public func leafHash(_ record: [UInt8]) throws -> Digest32 { try record.withUnsafeBytes { try leafHash($0) } }
@@ -23,7 +23,7 @@ public final class LogHasher {
         message.append(previous)
         message.append(sequence)
         message.append(leaf)
-        return try message.withBytes { try sha256($0, UnsafeRawBufferPointer(start: nil, count: 0)) }
+        return try message.withBytes { try Digest.sha256($0) }
     }
 
     public func node(_ left: Digest32, _ right: Digest32) throws -> Digest32 {
@@ -31,18 +31,7 @@ public final class LogHasher {
         message.append(1 as UInt8)
         message.append(left)
         message.append(right)
-        return try message.withBytes { try sha256($0, UnsafeRawBufferPointer(start: nil, count: 0)) }
-    }
-
-    /// SHA-256 of `first` ‖ `second`.
-    private func sha256(_ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer) throws -> Digest32 {
-        var context = SHA256_CTX()
-        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-        guard ledger_sha256_init(&context) == 1, ledger_sha256_update(&context, first.baseAddress, first.count) == 1,
-            ledger_sha256_update(&context, second.baseAddress, second.count) == 1,
-            withUnsafeMutableBytes(of: &words, { ledger_sha256_final($0.baseAddress?.assumingMemoryBound(to: UInt8.self), &context) }) == 1
-        else { throw CryptoError("SHA256_Init/Update/Final") }
-        return withUnsafeBytes(of: &words) { Digest32(loading: $0, at: 0) }
+        return try message.withBytes { try Digest.sha256($0) }
     }
 
     /// A chain or node message (at most 72 bytes), assembled on the stack and hashed in one update.

@@ -4,6 +4,7 @@ import Foundation
 /// The RSA public key of an X.509 certificate, for RS256 signatures (RSASSA-PKCS1-v1_5 with
 /// SHA-256), as Google's Firebase ID token certificates carry. Safe to use from many threads.
 public final class RSAPublicKey: @unchecked Sendable {
+    /// libcrypto's `RSA*`, decoded once: each signature goes to `RSA_verify` with no EVP set-up.
     private let key: OpaquePointer
     /// The modulus size in bits.
     public let bits: Int
@@ -24,26 +25,29 @@ public final class RSAPublicKey: @unchecked Sendable {
         defer { ERR_clear_error() }  // a refusal is the answer; OpenSSL's queued reasons are not needed
         guard let certificate else { return nil }
         defer { X509_free(certificate) }
-        guard let key = X509_get_pubkey(certificate) else { return nil }
-        guard EVP_PKEY_get_base_id(key) == EVP_PKEY_RSA else {
-            EVP_PKEY_free(key)
-            return nil
-        }
+        guard let publicKey = X509_get_pubkey(certificate) else { return nil }
+        defer { EVP_PKEY_free(publicKey) }
+        guard EVP_PKEY_get_base_id(publicKey) == EVP_PKEY_RSA else { return nil }
+        guard let key = ledger_pkey_get1_rsa(publicKey) else { throw CryptoError("EVP_PKEY_get1_RSA") }
         self.key = key
-        bits = Int(EVP_PKEY_get_bits(key))
+        bits = Int(EVP_PKEY_get_bits(publicKey))
     }
 
-    deinit { EVP_PKEY_free(key) }
+    deinit { ledger_rsa_free(key) }
 
     /// True when `signature` is this key's RS256 signature of `message`, false when it is not.
     /// - Throws: ``CryptoError`` when libcrypto itself fails (no verdict on the signature).
     public func isValidRS256Signature(_ signature: [UInt8], for message: [UInt8]) throws(CryptoError) -> Bool {
-        guard let context = EVP_MD_CTX_new() else { throw CryptoError("EVP_MD_CTX_new") }
-        defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, key) == 1 else { throw CryptoError("EVP_DigestVerifyInit") }
-        let verified = EVP_DigestVerify(context, signature, signature.count, message, message.count) == 1
+        guard !signature.isEmpty, let length = UInt32(exactly: signature.count) else { return false }
+        let digest = try message.withUnsafeBytes { bytes in Result { () throws(CryptoError) in try Digest.sha256(bytes) } }.get()
+        // RSASSA-PKCS1-v1_5: the decrypted block must be exactly the padded DigestInfo of SHA-256(message).
+        let verified = digest.withBytes { digest in
+            signature.withUnsafeBufferPointer { signature in
+                ledger_rsa_verify_sha256(digest.baseAddress?.assumingMemoryBound(to: UInt8.self), signature.baseAddress, length, key)
+            }
+        }
         ERR_clear_error()  // a signature that does not verify queues its reasons
-        return verified
+        return verified == 1
     }
 }
 

@@ -1,10 +1,11 @@
 import Foundation
+import LedgerCrypto
 import Testing
 
 @testable import AppleSignedData
 
-/// Apple chains are validated once per distinct `x5c` chain; the cache never accepts what a
-/// verifier without it would refuse, and one verifier serves many threads.
+/// Apple chains are validated once per distinct JWS header (its exact bytes, `x5c` included); the
+/// cache never accepts what a verifier without it would refuse, and one verifier serves many threads.
 @Suite struct ChainCacheTests {
     func sign(signedDate: Int64 = Vectors.nowMs, chain: [[UInt8]]? = nil) throws -> String {
         try Vectors.sign(Vectors.transactionPayload(["signedDate": signedDate]), chain: chain)
@@ -36,6 +37,64 @@ import Testing
         let early = outcome(verifier, try sign(signedDate: 1_600_000_000_000))
         #expect(early.hasPrefix("invalid-chain") && early.contains("not yet valid"), "\(early)")
         #expect(outcome(verifier, try sign()).hasPrefix("ok"))
+    }
+
+    /// The cache is keyed by the header segment's exact bytes: a header that differs in one byte of its
+    /// `x5c`, or spells the same chain differently, misses and is verified in full.
+    @Test func aHeaderThatDiffersInAnyByteIsVerifiedInFull() throws {
+        let verifier = try Vectors.verifier()
+        #expect(outcome(verifier, try sign()).hasPrefix("ok"))
+        #expect(verifier.chains.misses == 1)
+        // One bit of the leaf's own signature flipped: the certificate still parses, the chain does not validate.
+        var leaf = Vectors.testLeaf
+        leaf[leaf.count - 8] ^= 0x01
+        let tampered = outcome(verifier, try sign(chain: [leaf, Vectors.testIntermediate, Vectors.testCA]))
+        #expect(tampered.hasPrefix("invalid-chain"), "\(tampered)")
+        #expect(tampered == outcome(try Vectors.verifier(), try sign(chain: [leaf, Vectors.testIntermediate, Vectors.testCA])))
+        #expect(verifier.chains.misses == 2)
+        #expect(verifier.chains.count == 1, "a chain that did not validate is not kept")
+        // The same chain under a header with one more member: verified in full, kept apart.
+        let x5c = Vectors.goodChain.map { Data($0).base64EncodedString() }
+        let spelledOtherwise = try Vectors.sign(Vectors.transactionPayload(), header: ["alg": "ES256", "x5c": x5c, "typ": "JWT"])
+        #expect(outcome(verifier, spelledOtherwise).hasPrefix("ok"))
+        #expect(verifier.chains.misses == 3)
+        #expect(verifier.chains.count == 2)
+        // A header with a forbidden member is refused whatever the cache holds for its chain.
+        let critical = try Vectors.sign(Vectors.transactionPayload(), header: ["alg": "ES256", "x5c": x5c, "crit": ["exp"]])
+        #expect(outcome(verifier, critical).hasPrefix("invalid-jws-format"))
+        #expect(verifier.chains.count == 2)
+    }
+
+    /// A known header spares the chain's validation only: the signature, the payload and the identity
+    /// checks run for every JWS.
+    @Test func aJWSWithAKnownHeaderHasItsSignatureAndPayloadChecked() throws {
+        let verifier = try Vectors.verifier()
+        let good = try sign()
+        #expect(outcome(verifier, good).hasPrefix("ok"))
+        let parts = good.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        let otherPayload = try JSONSerialization.data(
+            withJSONObject: Vectors.transactionPayload(["transactionId": "9999"]), options: [.sortedKeys, .withoutEscapingSlashes])
+        let swapped = [parts[0], Base64URL.encode([UInt8](otherPayload)), parts[2]].joined(separator: ".")
+        let refused = outcome(verifier, swapped)
+        #expect(refused.hasPrefix("verification-failed"), "\(refused)")
+        var signature = try #require(Base64URL.decode(parts[2]))
+        signature[5] ^= 0x01
+        #expect(outcome(verifier, [parts[0], parts[1], Base64URL.encode(signature)].joined(separator: ".")).hasPrefix("verification-failed"))
+        #expect(outcome(verifier, try Vectors.sign(Vectors.transactionPayload(["bundleId": "com.other"]))).hasPrefix("invalid-app-identifier"))
+        #expect(outcome(verifier, try Vectors.sign(Vectors.transactionPayload(["environment": "Production"]))).hasPrefix("invalid-environment"))
+        #expect(verifier.chains.hits == 4)
+        #expect(verifier.chains.count == 1)
+    }
+
+    /// Each certificate's validity as seconds agrees with OpenSSL's comparison around both edges.
+    @Test func theValidityRangeIsOpenSSLsComparison() throws {
+        for der in Vectors.goodChain {
+            let certificate = try #require(X509Certificate(der: der))
+            let range = try #require(certificate.validitySeconds())
+            for time in [range.lowerBound - 1, range.lowerBound, range.lowerBound + 1, range.upperBound - 1, range.upperBound] {
+                #expect(range.contains(time) == certificate.isValid(at: time), "at \(time)")
+            }
+        }
     }
 
     /// The last second (searching between `valid` and `invalid`) at which a verifier without a cache still accepts.

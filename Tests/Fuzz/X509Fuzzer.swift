@@ -1,6 +1,6 @@
 // libFuzzer harness for X.509/DER and ECDSA through the OpenSSL wrappers of AppleSignedData. The first byte
 // picks the parser: 0 a certificate (parsed, its subject, extensions and key read, then path-validated as
-// leaf and as intermediate against the test PKI), 1 a DER ECDSA signature (R‖S round-trips through DER),
+// leaf and as intermediate against the test PKI, its validity read as seconds), 1 a DER ECDSA signature (R‖S round-trips through DER),
 // 2 a JOSE R‖S signature checked with the test leaf's key. Never a trap, a leak or a crypto-failure: input
 // never makes libcrypto fail.
 import LedgerCrypto
@@ -32,6 +32,9 @@ public func fuzzX509(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
         noCryptoFailure("subject") { () throws(VerificationError) in try certificate.subject() }
         noCryptoFailure("extension") { () throws(VerificationError) in try certificate.hasExtension(oid: SignedDataVerifier.leafOID) }
         if case .success(let key) = certificate.publicKey() { _ = key.isP256 }
+        if let range = certificate.validitySeconds() {
+            expect(certificate.isValid(at: range.lowerBound) && !certificate.isValid(at: range.upperBound), "validity range \(range)")
+        }
         noCryptoFailure("as leaf") { () throws(VerificationError) in
             try ChainValidator(roots: roots).validate(leaf: certificate, intermediate: intermediate, time: time)
         }
@@ -43,9 +46,13 @@ public func fuzzX509(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
             expect((try? ES256Signature.raw(fromDER: ES256Signature.der(fromRaw: raw))) == raw, "R‖S did not round-trip through DER")
         }
     default:
-        guard case .success(let key) = leaf.publicKey() else { return 0 }
-        guard let der = try? ES256Signature.der(fromRaw: Array(bytes.prefix(64))) else { return 0 }
-        noCryptoFailure("ES256") { () throws(VerificationError) in try key.verifySHA256(derSignature: der, message: Array(bytes.dropFirst(64))) }
+        guard case .success(let key) = leaf.publicKey(), bytes.count >= 64 else { return 0 }
+        let message = Array(bytes.dropFirst(64))
+        noCryptoFailure("ES256") { () throws(VerificationError) in
+            try message.withUnsafeBytes { message in
+                Result { () throws(VerificationError) in try key.verifyES256(signature: Array(bytes.prefix(64)), message: message) }
+            }.get()
+        }
     }
     return 0
 }
