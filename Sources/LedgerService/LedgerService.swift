@@ -22,6 +22,9 @@ public final class LedgerService: Sendable {
         public var serviceTokens: ServiceTokens?
         /// Submissions queued for the writer before requests are refused 503.
         public var queueCapacity: Int
+        /// How long the writer waits for more requests before a commit while requests arrive
+        /// concurrently (``GroupCommitter/gatherSeconds``).
+        public var commitGatherSeconds: Double = 0.001
         /// Receives each log line (JSON, one per request and per event); standard error by default.
         public var log: @Sendable (String) -> Void
         /// Fetch missed notifications from the App Store Server API on a timer; never when nil.
@@ -78,7 +81,9 @@ public final class LedgerService: Sendable {
             if case .file = configuration.firebaseCertificates { throw error }
         }
         let backfill = try configuration.backfill.map { try PeriodicBackfill(ledger: ledger, schedule: $0, metrics: metrics, log: log) }
-        let committer = GroupCommitter(ledger: ledger, capacity: configuration.queueCapacity) { commit in
+        let committer = GroupCommitter(
+            ledger: ledger, capacity: configuration.queueCapacity, gatherSeconds: configuration.commitGatherSeconds
+        ) { commit in
             metrics.commit(submissions: commit.submissions, seconds: commit.seconds)
         }
         let routes = Routes(

@@ -69,7 +69,7 @@ struct BenchCommand: Subcommand {
         case "sign":
             let figures = try SignedWorkload.run(
                 input: URL(fileURLWithPath: try arguments.required("in")), output: URL(fileURLWithPath: try arguments.required("out")),
-                fixtures: URL(fileURLWithPath: arguments.value("fixtures") ?? "Tests"), log: { console.err("bench: \($0)") })
+                fixtures: try fixtures(arguments, needing: SignedWorkload.fixtureFiles), log: { console.err("bench: \($0)") })
             console.out(JSONLine.render(figures))
             return .success
         default: throw CLIError.usage("give history, binds, serve or sign")
@@ -91,13 +91,27 @@ struct BenchCommand: Subcommand {
         guard ["transactions", "submit"].contains(options.route) else {
             throw CLIError.usage("--route \(options.route) is not transactions or submit")
         }
-        if let fixtures = arguments.value("fixtures") { options.fixtures = URL(fileURLWithPath: fixtures) }
+        options.fixtures = try fixtures(arguments, needing: ServeBenchmark.fixtureFiles)
         if let server = arguments.value("server") {
             guard FileManager.default.isExecutableFile(atPath: server) else { throw CLIError.usage("--server \(server) is not an executable file") }
             options.server = URL(fileURLWithPath: server)
         }
         console.out(JSONLine.render(try ServeBenchmark.run(options) { console.err("bench: \($0)") }))
         return .success
+    }
+
+    /// The directory of test keys and certificates `bench serve` and `bench sign` sign with:
+    /// `--fixtures DIR`, or `Tests` (the repository's, when run from its root). A usage error naming
+    /// what is missing when it lacks any of `files`.
+    static func fixtures(_ arguments: Arguments, needing files: [String]) throws -> URL {
+        let directory = URL(fileURLWithPath: arguments.value("fixtures") ?? "Tests")
+        if let missing = files.first(where: { !FileManager.default.isReadableFile(atPath: directory.appendingPathComponent($0).path) }) {
+            let given = arguments.value("fixtures").map { "--fixtures \($0)" } ?? "./Tests (no --fixtures given)"
+            throw CLIError.usage(
+                "bench signs with the test keys in the repository's Tests/ directory, and \(given) has no \(missing): "
+                    + "run it from the repository root, or give --fixtures PATH/TO/REPOSITORY/Tests")
+        }
+        return directory
     }
 
     static func history(_ arguments: Arguments, console: Console) throws -> ExitCode {

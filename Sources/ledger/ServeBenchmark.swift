@@ -26,6 +26,10 @@ enum ServeBenchmark {
     }
 
     static let projectId = "myrecipes-bench"
+    /// What ``run(_:log:)`` reads under ``Options/fixtures``.
+    static let fixtureFiles =
+        ["testLeaf.der", "testIntermediate.der", "testCA.der", "testLeaf.key.pem"].map { "AppleSignedDataTests/Vectors/certs/" + $0 }
+        + ["token-signer-1.key.pem", "certificates.json"].map { "FirebaseAuthTests/Keys/" + $0 }
 
     static func run(_ options: Options, log: (String) -> Void) throws -> JSONObject {
         let apple = options.fixtures.appendingPathComponent("AppleSignedDataTests/Vectors/certs")

@@ -9,6 +9,11 @@ import StrictJSON
 /// `data.transaction` becomes `data.signedTransactionInfo`. Other lines are copied. Submit the result,
 /// without `--trust-decoded`, to a ledger initialised with `--root-certificate` the test `testCA.der`.
 enum SignedWorkload {
+    /// What ``run(input:output:fixtures:log:)`` reads under `fixtures`.
+    static let fixtureFiles = ["testLeaf.der", "testIntermediate.der", "testCA.der", "testLeaf.key.pem"].map {
+        "AppleSignedDataTests/Vectors/certs/" + $0
+    }
+
     static func run(input: URL, output: URL, fixtures: URL, log: (String) -> Void) throws -> JSONObject {
         let certificates = fixtures.appendingPathComponent("AppleSignedDataTests/Vectors/certs")
         let chain = try ["testLeaf.der", "testIntermediate.der", "testCA.der"].map {

@@ -336,6 +336,27 @@ import Testing
         #expect(figures["serverCPUMsPerDecision"] as? Double != nil && figures["clientCPUMsPerDecision"] as? Double != nil)
     }
 
+    /// Outside the repository root (no `Tests/` there) and with a `--fixtures` lacking the keys, `bench
+    /// serve` and `bench sign` say what they need, exit 2 and create nothing.
+    @Test func benchOutsideTheRepositoryNamesTheTestKeysItNeeds() throws {
+        let elsewhere = TemporaryDirectory("bench-elsewhere")
+        defer { elsewhere.remove() }
+        try Data("{}\n".utf8).write(to: elsewhere.path("in.jsonl"))
+        let cases: [([String], String)] = [
+            (["bench", "serve", "--requests", "1"], "./Tests (no --fixtures given) has no AppleSignedDataTests/Vectors/certs/testLeaf.der"),
+            (["bench", "serve", "--requests", "1", "--fixtures", elsewhere.url.path], "--fixtures \(elsewhere.url.path) has no"),
+            (["bench", "sign", "--in", "in.jsonl", "--out", "out.jsonl"], "./Tests (no --fixtures given) has no"),
+        ]
+        for (arguments, message) in cases {
+            let result = try LedgerBinary.run(arguments, currentDirectory: elsewhere.url)
+            #expect(result.status == 2, "\(arguments): \(result.stderr)")
+            #expect(result.stderr.contains(message), "\(result.stderr)")
+            #expect(result.stderr.contains("run it from the repository root, or give --fixtures"), "\(result.stderr)")
+            #expect(!result.stderr.contains("NSCocoaErrorDomain"), "\(result.stderr)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere.url.path) == ["in.jsonl"])
+    }
+
     @Test func benchServeRefusesAServerThatIsNotAnExecutable() throws {
         let result = try LedgerBinary.run(["bench", "serve", "--server", "/nonexistent/ledger", "--requests", "1"])
         #expect(result.status == 2 && result.stderr.contains("--server /nonexistent/ledger is not an executable file"), "\(result.stderr)")

@@ -84,6 +84,45 @@ import Testing
         committer.close()
     }
 
+    /// With a gather window, a writer whose last commit completed several requests waits for more
+    /// (here until its group is full) before committing; a lone request is never held for it.
+    @Test func underConcurrentLoadTheWriterGathersALargerGroupAndALoneRequestIsNotHeld() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let gate = Gate()
+        // A window far longer than any test: only a full group (2) ends it, or a lone request skips it.
+        let committer = GroupCommitter(ledger: ledger, maximumGroup: 2, gatherSeconds: 3_600, onCommit: gate.report)
+        let outcomes = Outcomes()
+        try committer.enqueue([([try purchase("lone", "200")], t)], completion: outcomes.completion(0))
+        gate.entered.wait()  // committed at once: the writer had no earlier commit of several requests
+        for index in 1...2 { try committer.enqueue([([try purchase("u\(index)", "\(200 + index)")], t)], completion: outcomes.completion(index)) }
+        gate.release.signal()
+        outcomes.wait(3)  // the two waiting requests, one commit: the next wake-up gathers
+        try committer.enqueue([([try purchase("u3", "203")], t)], completion: outcomes.completion(3))
+        try committer.enqueue([([try purchase("u4", "204")], t)], completion: outcomes.completion(4))
+        outcomes.wait(2)
+        #expect(gate.all.map(\.requests) == [1, 2, 2], "the request after a group of two waited for the next one")
+        #expect((0...4).allSatisfy { outcomes.decision($0)?.outcome == .granted })
+        committer.close()
+    }
+
+    @Test func closingEndsAGatherAndCommitsWhatWaits() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let gate = Gate()
+        let committer = GroupCommitter(ledger: ledger, gatherSeconds: 3_600, onCommit: gate.report)
+        let outcomes = Outcomes()
+        try committer.enqueue([([try purchase("a", "300")], t)], completion: outcomes.completion(0))
+        gate.entered.wait()
+        for index in 1...2 { try committer.enqueue([([try purchase("b\(index)", "\(300 + index)")], t)], completion: outcomes.completion(index)) }
+        gate.release.signal()
+        outcomes.wait(3)
+        try committer.enqueue([([try purchase("c", "303")], t)], completion: outcomes.completion(3))  // gathered, alone
+        committer.close()  // returns once it is durable, without waiting out the window
+        #expect(outcomes.decision(3)?.outcome == .granted)
+        #expect(gate.all.map(\.requests) == [1, 2, 1])
+    }
+
     /// A committer of capacity 10 whose writer is held inside its first commit (request 0) while
     /// requests 1–10 fill its queue.
     func fullQueue() throws -> (Ledger, TemporaryDirectory, Gate, GroupCommitter, Outcomes) {
