@@ -13,7 +13,7 @@ import Projections
 /// | `lineages` | lineage(16) → u48 sequence ‖ first 8 bytes of the record's command key (`MDB_DUPSORT`, `MDB_DUPFIXED`) |
 /// | `account-lineages` | account(16) → lineage(16) ‖ u64 sequence (`MDB_DUPSORT`, `MDB_DUPFIXED`) |
 /// | `read-models` | `ReadModel` keys → values |
-/// | `identities` | `u` ‖ vault key(16) → pseudonym(16); `p` ‖ pseudonym(16) → sealed UID |
+/// | `identities` | `u` ‖ vault key(16) → pseudonym(16); `v` ‖ pseudonym(16) → sealed UID, appended at the tree's end (stores written before hold `p` ‖ pseudonym(16) → sealed UID, still read and erased) |
 /// | `merkle` | u8 level ‖ u64 index → 32-byte node |
 /// | `meta` | names → values (`MetaKey`, `head`, and the record dictionary's entries) |
 public final class LMDBEngine: LedgerEngine, @unchecked Sendable {
@@ -123,16 +123,20 @@ struct KeyBuffer {
     }
 }
 
-/// The last entry of a `MDB_DUPSORT` database while a write group puts entries into it in key order.
-/// An entry past the end is put with `MDB_APPEND` (a new key) or `MDB_APPENDDUP` (a new last duplicate),
-/// so the page it fills is split at the end rather than in the middle: `account-lineages` grows at
-/// its end (new accounts' pseudonyms begin with the log position), and middle splits would leave
-/// every page there half full.
+/// The last entry of a database while a write group puts entries into it in key order. An entry
+/// past the end is put with `MDB_APPEND` (a new key) or `MDB_APPENDDUP` (a new last duplicate of a
+/// `MDB_DUPSORT` database), so the page it fills is split at the end rather than in the middle:
+/// `account-lineages` and the sealed UIDs in `identities` grow at their end (new accounts'
+/// pseudonyms begin with the log position), and middle splits would leave every page there half full.
 struct AppendPosition {
     private var key: [UInt8]?
     private var value: [UInt8] = []
+    /// Whether the database is `MDB_DUPSORT`: an entry that exists already is then not put again
+    /// (`MDB_NODUPDATA`); otherwise its value is replaced.
+    private let duplicates: Bool
 
-    init(lastOf dbi: MDB_dbi, in txn: LMDBTransaction) throws {
+    init(lastOf dbi: MDB_dbi, in txn: LMDBTransaction, duplicates: Bool) throws {
+        self.duplicates = duplicates
         let cursor = try txn.cursor(dbi)
         defer { cursor.close() }
         if let (key, value) = try cursor.get(MDB_LAST) {
@@ -146,16 +150,17 @@ struct AppendPosition {
         if let key {
             switch Self.compare(k, key) {
             case 1: flags = MDB_APPEND
-            case 0 where Self.compare(v, value) == 1: flags = MDB_APPENDDUP
+            case 0 where duplicates && Self.compare(v, value) == 1: flags = MDB_APPENDDUP
             default: flags = 0
             }
         } else {
             flags = MDB_APPEND
         }
         // LMDB refuses an append that is not past the end: the plain put then stores it (or finds it there).
-        let appended = try flags != 0 && txn.put(dbi, k, v, flags: MDB_NODUPDATA | flags)
+        let plain = duplicates ? MDB_NODUPDATA : 0
+        let appended = try flags != 0 && txn.put(dbi, k, v, flags: plain | flags)
         if !appended {
-            try txn.put(dbi, k, v, flags: MDB_NODUPDATA)
+            try txn.put(dbi, k, v, flags: plain)
             return
         }
         key = Array(k)
@@ -177,7 +182,12 @@ struct LMDBAccess: EngineReader, EngineWriter {
     let storedForms = StoredRecordDictionaryCell()
 
     static let vaultPrefix: UInt8 = 0x75  // "u"
-    static let sealedPrefix: UInt8 = 0x70  // "p"
+    /// Sealed UIDs, after every `u` entry so that new ones (position-ordered pseudonyms) are appended
+    /// at the end of the tree and fill its pages.
+    static let sealedPrefix: UInt8 = 0x76  // "v"
+    /// Sealed UIDs as stores written by earlier binaries (main up to 2505f95, and format 1) hold them:
+    /// before the `u` entries, in the middle of the tree. Read and erased, never written.
+    static let earlierSealedPrefix: UInt8 = 0x70  // "p"
 
     static func u64(_ buffer: UnsafeRawBufferPointer) -> UInt64? {
         guard buffer.count == 8 else { return nil }
@@ -589,7 +599,10 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     func sealedUID(of account: AccountID) throws -> [UInt8]? {
-        try KeyBuffer(Self.sealedPrefix, account.key).with { k in try txn.get(db.identities, k).map(Array.init) }
+        for prefix in [Self.sealedPrefix, Self.earlierSealedPrefix] {
+            if let sealed = try KeyBuffer(prefix, account.key).with({ k in try txn.get(db.identities, k).map(Array.init) }) { return sealed }
+        }
+        return nil
     }
 
     func forEachIdentity(_ body: (Key128, AccountID, [UInt8]) throws -> Bool) throws {
@@ -631,7 +644,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
         // entries sharing a leaf are put one after another while it is in cache. The order changes
         // nothing stored (duplicates are kept sorted by value; every put is an insertion), except
         // for Merkle nodes, which keep the batch's order.
-        var accountLineagesEnd = try AppendPosition(lastOf: db.accountLineages, in: txn)
+        var accountLineagesEnd = try AppendPosition(lastOf: db.accountLineages, in: txn, duplicates: true)
         for normal in Self.inKeyOrder(batch.entries.map(normalized)) {
             let dbi = db.of(normal.index)
             try Self.withKeyValue(normal) { k, v in
@@ -671,14 +684,24 @@ struct LMDBAccess: EngineReader, EngineWriter {
         // Erasures before insertions: a UID deleted and then used again in one group keeps its new mapping.
         for erasure in batch.vaultErasures {
             try KeyBuffer(Self.vaultPrefix, erasure.vaultKey).with { k in try txn.delete(db.identities, k) }
-            try KeyBuffer(Self.sealedPrefix, erasure.account.key).with { k in try txn.delete(db.identities, k) }
+            for prefix in [Self.sealedPrefix, Self.earlierSealedPrefix] {
+                try KeyBuffer(prefix, erasure.account.key).with { k in try txn.delete(db.identities, k) }
+            }
         }
         for insert in batch.vaultInserts {
             try KeyBuffer(Self.vaultPrefix, insert.vaultKey).with { k in
                 try insert.account.key.withBytes { v in try txn.put(db.identities, k, v) }
             }
+        }
+        // Sealed UIDs in pseudonym order (the batch's order among equal pseudonyms, so the last wins).
+        var sealedEnd = try AppendPosition(lastOf: db.identities, in: txn, duplicates: false)
+        let sealedOrder = batch.vaultInserts.indices.sorted { a, b in
+            (batch.vaultInserts[a].account.key, a) < (batch.vaultInserts[b].account.key, b)
+        }
+        for index in sealedOrder {
+            let insert = batch.vaultInserts[index]
             try KeyBuffer(Self.sealedPrefix, insert.account.key).with { k in
-                try insert.sealedUID.withUnsafeBytes { v in try txn.put(db.identities, k, v) }
+                try insert.sealedUID.withUnsafeBytes { v in try sealedEnd.put(k, v, into: db.identities, in: txn) }
             }
         }
         for (key, value) in batch.meta { try putMeta(Array(key.rawValue.utf8), value) }

@@ -308,7 +308,7 @@ final class FormatOneSource {
                 guard key.count == 33, let vaultKey = Key128(prefixOf: Array(key.dropFirst())), value.count == 16,
                     let account = AccountID(value)
                 else { throw LedgerStoreError.corrupt("format-1 identity entry of \(key.count)+\(value.count) bytes") }
-                guard let sealed = try txn.get("identities", [LMDBAccess.sealedPrefix] + value) else {
+                guard let sealed = try txn.get("identities", [LMDBAccess.earlierSealedPrefix] + value) else {
                     throw LedgerStoreError.corrupt("format-1 identity vault: account \(account) has no sealed UID")
                 }
                 chunk.append((vaultKey, account, sealed))

@@ -1,3 +1,4 @@
+import CLMDB
 import Foundation
 import LedgerCore
 import LedgerCrypto
@@ -186,6 +187,82 @@ import Testing
         #expect(try store.read { try store.pseudonym(ofUID: uid, in: $0) } == nil)
         #expect(try store.read { try store.uid(of: issued.account, in: $0) } == nil)
         #expect(try store.issuePseudonym(forUID: uid, position: 1).account != issued.account)
+    }
+
+    /// The first byte of every `identities` key, in key order.
+    static func identityPrefixes(_ store: LedgerStore) throws -> [UInt8] {
+        try store.lmdbEngine.withWriteAccess { access in
+            let cursor = try access.txn.cursor(access.db.identities)
+            defer { cursor.close() }
+            var prefixes: [UInt8] = []
+            var entry = try cursor.get(MDB_FIRST)
+            while let (key, _) = entry {
+                prefixes.append(key[0])
+                entry = try cursor.get(MDB_NEXT)
+            }
+            return prefixes
+        }
+    }
+
+    @Test func sealedUIDsGrowAtTheVaultsEndAndThoseOfEarlierStoresStillReadAndErase() throws {
+        let store = try newStore()
+        defer { directory.remove() }
+        // An identity as binaries up to 2505f95 stored it: its sealed UID under `p` ‖ pseudonym.
+        let earlier = try store.issuePseudonym(forUID: "uid-earlier", position: 1)
+        try store.lmdbEngine.withWriteAccess { access in
+            try KeyBuffer(LMDBAccess.vaultPrefix, earlier.vaultKey).with { k in
+                try earlier.account.key.withBytes { v in try access.txn.put(access.db.identities, k, v) }
+            }
+            try KeyBuffer(LMDBAccess.earlierSealedPrefix, earlier.account.key).with { k in
+                try earlier.sealedUID.withUnsafeBytes { v in try access.txn.put(access.db.identities, k, v) }
+            }
+        }
+        // 60 new identities in three write groups, issued in descending order, two per position.
+        var issued: [String: (account: AccountID, vaultKey: Key128, sealedUID: [UInt8])] = ["uid-earlier": earlier]
+        for group in 0..<3 {
+            try store.write { _, writer in
+                var batch = EngineBatch()
+                for index in (0..<20).reversed() {
+                    let uid = "uid-\(group)-\(index)"
+                    let identity = try store.issuePseudonym(forUID: uid, position: UInt64(10 + group * 20 + index / 2))
+                    issued[uid] = identity
+                    batch.vaultInserts.append((identity.vaultKey, identity.account, identity.sealedUID))
+                }
+                try writer.apply(batch)
+            }
+        }
+        for (uid, identity) in issued {
+            #expect(try store.read { try store.pseudonym(ofUID: uid, in: $0) } == identity.account)
+            #expect(try store.read { try store.uid(of: identity.account, in: $0) } == uid)
+        }
+        var visited: [AccountID: (vaultKey: Key128, uid: String)] = [:]
+        try store.read { reader in
+            try reader.forEachIdentity { vaultKey, account, sealed in
+                visited[account] = (vaultKey, try store.uid(sealed: sealed))
+                return true
+            }
+        }
+        #expect(visited.count == issued.count)
+        for (uid, identity) in issued {
+            #expect(visited[identity.account]?.vaultKey == identity.vaultKey && visited[identity.account]?.uid == uid)
+        }
+        // The earlier sealed UID stays where it was; every new one is after every vault key.
+        #expect(try Self.identityPrefixes(store) == [LMDBAccess.earlierSealedPrefix] + Array(repeating: LMDBAccess.vaultPrefix, count: 61)
+            + Array(repeating: LMDBAccess.sealedPrefix, count: 60))
+
+        let erased = ["uid-earlier", "uid-1-7"]
+        try store.write { _, writer in
+            var batch = EngineBatch()
+            batch.vaultErasures = erased.compactMap { issued[$0] }.map { ($0.vaultKey, $0.account) }
+            try writer.apply(batch)
+        }
+        for uid in erased {
+            let identity = try #require(issued[uid])
+            #expect(try store.read { try store.pseudonym(ofUID: uid, in: $0) } == nil)
+            #expect(try store.read { try store.uid(of: identity.account, in: $0) } == nil)
+        }
+        #expect(try Self.identityPrefixes(store) == Array(repeating: LMDBAccess.vaultPrefix, count: 59) + Array(repeating: LMDBAccess.sealedPrefix, count: 59))
+        #expect(try store.read { try store.uid(of: try #require(issued["uid-2-0"]).account, in: $0) } == "uid-2-0")
     }
 
     @Test func pseudonymsStartWithTheirPositionAndAreRandomAfterIt() throws {
