@@ -521,10 +521,35 @@ struct LMDBAccess: EngineReader, EngineWriter {
 
     // MARK: Read models
 
+    /// The bytes stored for the read model `value` under `key`: a lineage's (`L`) in stored form
+    /// when it names a product id of the record dictionary (its flags byte, which ``ReadModel`` keeps
+    /// under 0x80, with bit 7 set, then the rest with the product id replaced by its two-byte
+    /// reference; ``StoredRecordDictionary/storedForm(of:header:)``), every other as it is.
+    func storedReadModel(key: [UInt8], value: [UInt8]) throws -> [UInt8] {
+        guard key.first == ReadModel.lineagePrefix else { return value }
+        return try recordDictionary().storedForm(of: value, header: 1) ?? value
+    }
+
+    /// The read model stored as `stored` under `key` (the inverse of ``storedReadModel(key:value:)``):
+    /// every read of `read-models` goes through here.
+    func canonicalReadModel(key: UnsafeRawBufferPointer, stored: UnsafeRawBufferPointer) throws -> [UInt8] {
+        guard key.first == ReadModel.lineagePrefix, let flags = stored.first, flags & 0x80 != 0 else { return Array(stored) }
+        var out: [UInt8] = []
+        do {
+            try recordDictionary().expand(stored, header: 1, into: &out)
+        } catch {
+            throw corrupt("the read model of lineage \(Array(key.dropFirst()).hex) cannot be read: its stored form is damaged (\(error))")
+        }
+        return out
+    }
+
     func lineageStates(_ lineages: [LineageKey]) throws -> [LineageKey: LineageState] {
         var out: [LineageKey: LineageState] = [:]
         for lineage in lineages where out[lineage] == nil {
-            guard let value = try KeyBuffer(ReadModel.lineagePrefix, lineage.key).with({ k in try txn.get(db.readModels, k).map(Array.init) })
+            guard
+                let value = try KeyBuffer(ReadModel.lineagePrefix, lineage.key).with({ k in
+                    try txn.get(db.readModels, k).map { try canonicalReadModel(key: k, stored: $0) }
+                })
             else { continue }
             do {
                 out[lineage] = try ReadModel.decodeLineage(value)
@@ -578,7 +603,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
         defer { cursor.close() }
         var entry = try start.isEmpty ? cursor.get(MDB_FIRST) : start.withUnsafeBytes { try cursor.get(MDB_SET_RANGE, key: $0) }
         while let (key, value) = entry {
-            guard try body(Array(key), Array(value)) else { return }
+            guard try body(Array(key), try canonicalReadModel(key: key, stored: value)) else { return }
             entry = try cursor.get(MDB_NEXT)
         }
     }
@@ -656,8 +681,10 @@ struct LMDBAccess: EngineReader, EngineWriter {
             }
         }
         if let head = batch.head { try putMeta(LMDBEngine.headKey, Self.encodeHead(head)) }
+        let dictionary = try recordDictionary()
         for (lineage, state) in batch.lineageStates {
-            let value = ReadModel.encode(state)
+            let canonical = ReadModel.encode(state)
+            let value = dictionary.storedForm(of: canonical, header: 1) ?? canonical
             try KeyBuffer(ReadModel.lineagePrefix, lineage.key).with { k in
                 try value.withUnsafeBytes { v in try txn.put(db.readModels, k, v) }
             }
@@ -753,7 +780,8 @@ struct LMDBAccess: EngineReader, EngineWriter {
 
     func putReadModels(_ entries: [([UInt8], [UInt8])]) throws {
         for (key, value) in entries {
-            try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try txn.put(db.readModels, k, v) } }
+            let stored = try storedReadModel(key: key, value: value)
+            try key.withUnsafeBytes { k in try stored.withUnsafeBytes { v in try txn.put(db.readModels, k, v) } }
         }
     }
 }

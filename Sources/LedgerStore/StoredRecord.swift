@@ -58,15 +58,24 @@ struct StoredRecordDictionary: Equatable {
 
     /// The stored form of `canonical`, or nil when no entry occurs in it (it is then stored as it is).
     func storedForm(of canonical: [UInt8]) -> [UInt8]? {
-        guard !entries.isEmpty, canonical.count > Self.headerLength, canonical[0] == RecordCodec.formatVersion else { return nil }
+        guard canonical.count > Self.headerLength, canonical[0] == RecordCodec.formatVersion else { return nil }
+        return storedForm(of: canonical, header: Self.headerLength)
+    }
+
+    /// The stored form of any bytes whose first byte has bit 7 clear: the first byte with bit 7 set,
+    /// bytes 1..<`header` as they are, then the rest with each entry replaced by its reference (and
+    /// each 0xFF escaped); nil when no entry occurs after the header. Records use it with their 23-byte
+    /// header, the LMDB engine's lineage read models with their flags byte alone.
+    func storedForm(of canonical: [UInt8], header: Int) -> [UInt8]? {
+        guard !entries.isEmpty, canonical.count > header, canonical[0] & 0x80 == 0 else { return nil }
         var out: [UInt8] = []
         out.reserveCapacity(canonical.count + 8)
         var referenced = false
         canonical.withUnsafeBufferPointer { c in
             startsAnEntryOrEscape.withUnsafeBufferPointer { special in
-                out.append(Self.marker)
-                out.append(contentsOf: c[1..<Self.headerLength])
-                var i = Self.headerLength
+                out.append(c[0] | 0x80)
+                out.append(contentsOf: c[1..<header])
+                var i = header
                 var copied = i  // the bytes before it are written
                 while i < c.count {
                     let byte = c[i]
@@ -111,11 +120,19 @@ struct StoredRecordDictionary: Equatable {
         guard stored.count > Self.headerLength, stored[0] == Self.marker else {
             throw StoredFormDamage("\(stored.count) bytes that are not a record in stored form")
         }
+        try expand(stored, header: Self.headerLength, into: &out)
+    }
+
+    /// The bytes whose stored form (``storedForm(of:header:)``) is `stored` into `out`, replacing its contents.
+    func expand(_ stored: UnsafeRawBufferPointer, header: Int, into out: inout [UInt8]) throws(StoredFormDamage) {
+        guard stored.count > header, stored[0] & 0x80 != 0 else {
+            throw StoredFormDamage("\(stored.count) bytes that are not in stored form")
+        }
         out.removeAll(keepingCapacity: true)
         out.reserveCapacity(stored.count + 64)
-        out.append(RecordCodec.formatVersion)
-        out.append(contentsOf: UnsafeRawBufferPointer(rebasing: stored[1..<Self.headerLength]))
-        var i = Self.headerLength
+        out.append(stored[0] & 0x7F)
+        out.append(contentsOf: UnsafeRawBufferPointer(rebasing: stored[1..<header]))
+        var i = header
         while i < stored.count {
             // The bytes up to the next escape, copied at once.
             guard let escape = stored[i...].firstIndex(of: Self.escape) else {

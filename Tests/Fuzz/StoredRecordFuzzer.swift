@@ -2,7 +2,7 @@
 // and dictionary entries read back from `data.mdb` must expand or be refused as damaged, never trap;
 // any canonical bytes stored with any dictionary expand to exactly those bytes, with the fixed header
 // (recordedAt, command key) in place; log entries (one record or a block of them) are read or refused,
-// and blocks give back the records they were made of. Built and run by `make fuzz` (Tests/Fuzz/fuzz.sh).
+// and blocks give back the records they were made of; the same for lineage read models (a one-byte header). Built and run by `make fuzz` (Tests/Fuzz/fuzz.sh).
 import LedgerCore
 
 @testable import LedgerStore
@@ -29,6 +29,19 @@ public func fuzzStoredRecord(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
             expect(out == canonical, "the stored form does not expand to the canonical bytes")
         } catch {
             expect(false, "a stored form the encoder wrote is refused: \(error)")
+        }
+    }
+    // Lineage read models (header: the flags byte alone): any stored bytes expand or are refused; any
+    // value whose flags byte is under 0x80 is stored and expands back.
+    _ = try? payload.withUnsafeBytes { try dictionary.expand($0, header: 1, into: &out) }
+    let model = [(payload.first ?? 0) & 0x7F] + payload.dropFirst()
+    if let form = dictionary.storedForm(of: model, header: 1) {
+        expect(form[0] == model[0] | 0x80, "a stored read model without its flag")
+        do {
+            try form.withUnsafeBytes { try dictionary.expand($0, header: 1, into: &out) }
+            expect(out == model, "a stored read model does not expand to its bytes")
+        } catch {
+            expect(false, "a stored read model the encoder wrote is refused: \(error)")
         }
     }
     var learning = dictionary

@@ -2,6 +2,7 @@ import Foundation
 import LedgerCore
 import LedgerTestSupport
 import OwnershipLedger
+import Projections
 import Testing
 
 @testable import LedgerStore
@@ -130,6 +131,64 @@ import Testing
             #expect(result.status == 3, "\(command): \(result.stderr)")
             #expect(result.stderr.contains("record 2 cannot be read: its stored form is damaged"), "\(result.stderr)")
         }
+    }
+
+    /// The lineage read models (key, canonical value) as readers see them.
+    func lineageModels(_ ledger: Ledger) throws -> [([UInt8], [UInt8])] {
+        var models: [([UInt8], [UInt8])] = []
+        try ledger.store.read { reader in
+            try reader.forEachReadModel(from: [ReadModel.lineagePrefix]) { key, value in
+                guard key.first == ReadModel.lineagePrefix else { return false }
+                models.append((key, value))
+                return true
+            }
+        }
+        return models
+    }
+
+    /// The bytes LMDB holds under read-model `key`, as they are (with `replacement`: put those first).
+    func storedModel(_ ledger: Ledger, _ key: [UInt8], replacement: [UInt8]? = nil) throws -> [UInt8] {
+        try ledger.store.lmdbEngine.withWriteAccess { access in
+            try key.withUnsafeBytes { k in
+                if let replacement { _ = try replacement.withUnsafeBytes { try access.txn.put(access.db.readModels, k, $0) } }
+                return try #require(try access.txn.get(access.db.readModels, k)).map { $0 }
+            }
+        }
+    }
+
+    @Test func lineageReadModelsNamingAProductAreStoredShorterAndReadCanonical() throws {
+        let (ledger, directory) = try ledger(purchases: 3)
+        defer { directory.remove() }
+        let models = try lineageModels(ledger)
+        #expect(models.count == 3)
+        for (key, canonical) in models {
+            let raw = try storedModel(ledger, key)
+            #expect(raw[0] == canonical[0] | 0x80 && canonical[0] & 0x80 == 0)
+            let escapes = canonical.dropFirst().filter { $0 == StoredRecordDictionary.escape }.count
+            #expect(raw.count == canonical.count - productEntry().count + 2 + escapes, "\(raw.count) stored bytes for \(canonical.count)")
+            #expect(raw.firstRange(of: Array(product.utf8)) == nil)
+            let state = try ReadModel.decodeLineage(canonical)
+            #expect(state.entitlement?.productId == product)
+            let lineage = LineageKey(try #require(Key128(Array(key.dropFirst()))))
+            #expect(try ledger.store.read { try $0.lineageStates([lineage]) } == [lineage: state])
+        }
+        #expect(try ledger.store.replay().isIntact)
+
+        // A read model stored as it is (as every store before the stored form holds it) reads the same.
+        let (first, canonical) = models[0]
+        #expect(try storedModel(ledger, first, replacement: canonical) == canonical)
+        #expect(try lineageModels(ledger).map(\.1) == models.map(\.1))
+        #expect(try ledger.store.replay().isIntact)
+
+        // A damaged one (a reference to an entry that does not exist) is a store error, never a guess.
+        let (second, _) = models[1]
+        var raw = try storedModel(ledger, second)
+        let escape = try #require(raw.dropFirst().firstIndex(of: StoredRecordDictionary.escape))
+        raw[escape + 1] = 9
+        _ = try storedModel(ledger, second, replacement: raw)
+        let result = try LedgerBinary.run(["verify", "--store", ledger.store.directory.path])
+        #expect(result.status == 3, "\(result.stderr)")
+        #expect(result.stderr.contains("cannot be read: its stored form is damaged"), "\(result.stderr)")
     }
 
     @Test func consecutiveRecordsShareLogEntriesAndReadOneByOne() throws {
