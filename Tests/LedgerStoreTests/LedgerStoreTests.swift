@@ -247,8 +247,9 @@ import Testing
             #expect(visited[identity.account]?.vaultKey == identity.vaultKey && visited[identity.account]?.uid == uid)
         }
         // The earlier sealed UID stays where it was; every new one is after every vault key.
-        #expect(try Self.identityPrefixes(store) == [LMDBAccess.earlierSealedPrefix] + Array(repeating: LMDBAccess.vaultPrefix, count: 61)
-            + Array(repeating: LMDBAccess.sealedPrefix, count: 60))
+        #expect(
+            try Self.identityPrefixes(store) == [LMDBAccess.earlierSealedPrefix] + Array(repeating: LMDBAccess.vaultPrefix, count: 61)
+                + Array(repeating: LMDBAccess.sealedPrefix, count: 60))
 
         let erased = ["uid-earlier", "uid-1-7"]
         try store.write { _, writer in
@@ -261,7 +262,9 @@ import Testing
             #expect(try store.read { try store.pseudonym(ofUID: uid, in: $0) } == nil)
             #expect(try store.read { try store.uid(of: identity.account, in: $0) } == nil)
         }
-        #expect(try Self.identityPrefixes(store) == Array(repeating: LMDBAccess.vaultPrefix, count: 59) + Array(repeating: LMDBAccess.sealedPrefix, count: 59))
+        #expect(
+            try Self.identityPrefixes(store) == Array(repeating: LMDBAccess.vaultPrefix, count: 59)
+                + Array(repeating: LMDBAccess.sealedPrefix, count: 59))
         #expect(try store.read { try store.uid(of: try #require(issued["uid-2-0"]).account, in: $0) } == "uid-2-0")
     }
 
