@@ -26,9 +26,12 @@ public enum TestJWSSigner {
     }
 
     /// ECDSA P-256 / SHA-256 over `message`, returned in JOSE form (64 bytes R‖S).
+    /// The key is parsed once for consecutive uses of the same PEM text (a workload signs thousands).
     public static func signES256(_ message: [UInt8], privateKeyPEM: String) throws -> [UInt8] {
-        try ES256PrivateKey(pem: privateKeyPEM).sign(message)
+        try lastKey.parsed(privateKeyPEM, ES256Signer.init(pem:)).sign(message)
     }
+
+    private static let lastKey = LastParsedKey<ES256Signer>()
 
     /// Base64url without padding, as used in JWS segments.
     public static func base64URL(_ bytes: [UInt8]) -> String { Base64URL.encode(bytes) }

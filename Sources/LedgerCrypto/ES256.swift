@@ -56,12 +56,31 @@ public struct ES256PrivateKey: Sendable, CustomStringConvertible {
 
     /// Signs `message`: ECDSA over SHA-256(`message`), returned as 64 bytes R‖S. O(message length).
     public func sign(_ message: [UInt8]) throws -> [UInt8] {
-        let key = try EVPKey.decoded(der, "d2i_AutoPrivateKey") { d2i_AutoPrivateKey(nil, $0, $1) }
+        try Self.sign(message, with: try EVPKey.decoded(der, "d2i_AutoPrivateKey") { d2i_AutoPrivateKey(nil, $0, $1) })
+    }
+
+    fileprivate static func sign(_ message: [UInt8], with key: EVPKey) throws -> [UInt8] {
         guard let raw = ES256Signature.raw(fromDER: try key.sign(message, digest: EVP_sha256(), "ES256")) else {
             throw CryptoError("EVP_DigestSign(ES256)", detail: "the signature is not one DER ECDSA-Sig-Value of two 256-bit integers")
         }
         return raw
     }
+}
+
+/// An ``ES256PrivateKey`` decoded once, for the tools that sign thousands of messages with one key
+/// (the benchmarks' workloads): decoding a key costs libcrypto 3 far more than an ES256 signature.
+/// libcrypto's keys sign from many threads at once.
+package final class ES256Signer: @unchecked Sendable {
+    private let key: EVPKey
+
+    /// Checks `pem` as ``ES256PrivateKey/init(pem:)`` does, then keeps it decoded.
+    package init(pem: String) throws {
+        _ = try ES256PrivateKey(pem: pem)
+        key = try EVPKey.p256(pem: pem, read: EVPKey.readPrivateKey)
+    }
+
+    /// As ``ES256PrivateKey/sign(_:)``.
+    package func sign(_ message: [UInt8]) throws -> [UInt8] { try ES256PrivateKey.sign(message, with: key) }
 }
 
 /// An ECDSA P-256 verification key, held as its DER SubjectPublicKeyInfo.

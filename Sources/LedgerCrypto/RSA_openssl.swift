@@ -61,14 +61,38 @@ public enum RSASigner {
 
     /// The signature of `message` with the RSA key in `privateKeyPEM` (PKCS#8 or PKCS#1), hashed with `hash`.
     /// - Throws: ``CryptoError`` naming the call when the key does not parse or libcrypto fails.
+    /// The key of the last PEM signed with is kept parsed: libcrypto 3 takes milliseconds to decode a
+    /// PEM key, ten times an RSA-2048 signature, and tools sign thousands of tokens with one key.
     public static func sign(_ message: [UInt8], privateKeyPEM: String, hash: Hash) throws -> [UInt8] {
-        let key = try EVPKey.pem(privateKeyPEM, invalid: { CryptoError("PEM_read_bio_PrivateKey", detail: $0) }, read: EVPKey.readPrivateKey)
-        guard EVP_PKEY_get_base_id(key.pointer) == EVP_PKEY_RSA else {
-            throw CryptoError("PEM_read_bio_PrivateKey", detail: "the key is not an RSA key")
+        let key = try lastKey.parsed(privateKeyPEM) { pem in
+            let key = try EVPKey.pem(pem, invalid: { CryptoError("PEM_read_bio_PrivateKey", detail: $0) }, read: EVPKey.readPrivateKey)
+            guard EVP_PKEY_get_base_id(key.pointer) == EVP_PKEY_RSA else {
+                throw CryptoError("PEM_read_bio_PrivateKey", detail: "the key is not an RSA key")
+            }
+            return key
         }
         switch hash {
         case .sha256: return try key.sign(message, digest: EVP_sha256(), "RS256")
         case .sha512: return try key.sign(message, digest: EVP_sha512(), "RS512")
         }
+    }
+
+    private static let lastKey = LastParsedKey<EVPKey>()
+}
+
+/// The last key parsed from a PEM text, kept for the next use of the same text (thread-safe). For
+/// the signing tools: libcrypto's keys are safe to sign with from many threads at once.
+package final class LastParsedKey<Key>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var last: (pem: String, key: Key)?
+
+    package init() {}
+
+    /// The key of `pem`: the one kept when `pem` is the last text parsed, else `parse(pem)`, kept.
+    package func parsed(_ pem: String, _ parse: (String) throws -> Key) throws -> Key {
+        if let last = lock.withLock({ last }), last.pem == pem { return last.key }
+        let key = try parse(pem)
+        lock.withLock { last = (pem, key) }
+        return key
     }
 }

@@ -122,8 +122,8 @@ enum ServeBenchmark {
             "serverAnonymousMiB": load.memory.map { Double($0 / 1024) },
             "serverPeakResidentMiB": Double(server.peakResidentKiB() / 1024),
             "serverCPUSeconds": (server.cpuSeconds() * 100).rounded() / 100,
-            "serverCPUMsPerDecision": (serverCPU / Double(decisions) * 1e5).rounded() / 100,
-            "clientCPUMsPerDecision": (clientCPU / Double(decisions) * 1e5).rounded() / 100,
+            "serverCPUMsPerDecision": (serverCPU / Double(decisions) * 1e6).rounded() / 1000,
+            "clientCPUMsPerDecision": (clientCPU / Double(decisions) * 1e6).rounded() / 1000,
             "cores": ProcessInfo.processInfo.activeProcessorCount,
         ]
         if options.route == "submit" { figures["batch"] = options.batch } else { figures["purchasesPerAccount"] = perAccount }
@@ -255,14 +255,17 @@ enum ServeBenchmark {
         }
     }
 
-    /// The clients: each a thread with one keep-alive connection, taking the next request until none is left.
+    /// The clients: `clients` keep-alive connections, each with one request in flight at a time (the
+    /// next request goes out when the answer to the last is in), driven by one thread that waits on
+    /// all of them with `poll`. One thread rather than one per connection: the load generator shares the
+    /// cores with the server, and 64 blocking threads spend several times the CPU on being woken.
     final class Load: @unchecked Sendable {
         let requests: [[UInt8]]
         let clients: Int
         let port: UInt16
         let sampleMemory: () -> Int
         private let lock = NSLock()
-        private var next = 0
+        private var answered = 0
         private(set) var latencies: [Double] = []
         private(set) var statuses: [Int: Int] = [:]
         private(set) var memory: [Int] = []
@@ -276,18 +279,15 @@ enum ServeBenchmark {
         }
 
         func run() {
-            let group = DispatchGroup()
-            for _ in 0..<clients {
-                group.enter()
-                Thread {
-                    self.client()
-                    group.leave()
-                }.start()
-            }
+            let finished = DispatchSemaphore(value: 0)
+            Thread {
+                self.drive()
+                finished.signal()
+            }.start()
             // Resident memory at each tenth of the run.
             var mark = 0
-            while group.wait(timeout: .now() + .milliseconds(20)) == .timedOut {
-                let done = lock.withLock { next }
+            while finished.wait(timeout: .now() + .milliseconds(20)) == .timedOut {
+                let done = lock.withLock { answered }
                 if done >= (mark + 1) * requests.count / 10 {
                     mark += 1
                     let kib = sampleMemory()
@@ -296,23 +296,91 @@ enum ServeBenchmark {
             }
         }
 
-        private func client() {
-            guard let connection = try? Connection(port: port) else { return }
-            while true {
-                let index: Int? = lock.withLock {
-                    guard next < requests.count else { return nil }
-                    defer { next += 1 }
-                    return next
+        /// One connection's request in flight: its index, when it was sent, how much of it is sent.
+        private struct Flight {
+            var request: Int
+            var started: DispatchTime
+            var sent: Int
+        }
+
+        private func drive() {
+            var connections: [Connection] = []
+            var flights: [Flight?] = []
+            /// What `poll` watches on each connection: answers (POLLIN), and room to send (POLLOUT)
+            /// while a request waits for it; a closed connection's descriptor is -1 (ignored).
+            var watched: [pollfd] = []
+            var next = 0
+            var open = 0
+            /// Sends what it can of connection `slot`'s request; watches for room when the socket is full.
+            func push(_ slot: Int) -> Bool {
+                guard var flight = flights[slot] else { return true }
+                let request = requests[flight.request]
+                while flight.sent < request.count {
+                    let written = request[flight.sent...].withUnsafeBytes {
+                        send(connections[slot].socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+                    }
+                    if written < 0 && errno == EAGAIN { break }
+                    guard written > 0 else { return false }
+                    flight.sent += written
                 }
-                guard let index else { return }
-                let started = DispatchTime.now()
-                let status = (try? connection.exchange(requests[index]).status) ?? 0
-                let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
-                lock.withLock {
-                    latencies.append(seconds)
-                    statuses[status, default: 0] += 1
+                flights[slot] = flight
+                watched[slot].events = Int16(POLLIN) | (flight.sent < request.count ? Int16(POLLOUT) : 0)
+                return true
+            }
+            /// Closes connection `slot`; a request it had in flight is counted with status 0.
+            func drop(_ slot: Int) {
+                if flights[slot] != nil {
+                    lock.withLock {
+                        statuses[0, default: 0] += 1
+                        answered += 1
+                    }
                 }
-                if status == 0 { return }
+                flights[slot] = nil
+                watched[slot].fd = -1
+                open -= 1
+            }
+            /// Sends the next request on connection `slot`; closes it when none is left or it fails.
+            func start(_ slot: Int) {
+                guard next < requests.count else { return drop(slot) }
+                flights[slot] = Flight(request: next, started: .now(), sent: 0)
+                next += 1
+                if !push(slot) { drop(slot) }
+            }
+            for _ in 0..<clients {
+                guard let connection = try? Connection(port: port) else { break }
+                _ = fcntl(connection.socket, F_SETFL, fcntl(connection.socket, F_GETFL) | O_NONBLOCK)
+                connections.append(connection)
+                flights.append(nil)
+                watched.append(pollfd(fd: connection.socket, events: Int16(POLLIN), revents: 0))
+            }
+            open = connections.count
+            for slot in connections.indices { start(slot) }
+            while open > 0 {
+                let ready = poll(&watched, nfds_t(watched.count), 10_000)
+                if ready < 0 && errno == EINTR { continue }
+                guard ready > 0 else { return }  // nothing for 10 s, or poll failed: the server is gone
+                for slot in watched.indices where watched[slot].fd >= 0 && watched[slot].revents != 0 {
+                    let events = watched[slot].revents
+                    guard let flight = flights[slot] else { continue }
+                    if events & Int16(POLLOUT) != 0 && !push(slot) {
+                        drop(slot)
+                        continue
+                    }
+                    guard events & Int16(POLLIN | POLLHUP | POLLERR) != 0 else { continue }
+                    let alive = connections[slot].receiveAvailable()
+                    if let status = connections[slot].takeResponse()?.status {
+                        let seconds = Double(DispatchTime.now().uptimeNanoseconds - flight.started.uptimeNanoseconds) / 1e9
+                        lock.withLock {
+                            latencies.append(seconds)
+                            statuses[status, default: 0] += 1
+                            answered += 1
+                        }
+                        flights[slot] = nil
+                        if alive { start(slot) } else { drop(slot) }
+                    } else if !alive {
+                        drop(slot)
+                    }
+                }
             }
         }
     }
@@ -322,7 +390,7 @@ enum ServeBenchmark {
     /// and is kept cheap (one receive buffer, headers scanned as bytes) so that the clients take as
     /// little as they can of the cores the server runs on.
     final class Connection {
-        private let socket: Int32
+        let socket: Int32
         /// Received bytes; those before `start` are consumed.
         private var buffer = [UInt8](repeating: 0, count: 1 << 16)
         private var start = 0
@@ -348,7 +416,7 @@ enum ServeBenchmark {
 
         struct Failure: Error {}
 
-        /// Sends `request` and reads one answer: its status and body.
+        /// Sends `request` and reads one answer: its status and body (a blocking socket).
         func exchange(_ request: [UInt8]) throws -> (status: Int, body: [UInt8]) {
             var sent = 0
             while sent < request.count {
@@ -356,19 +424,33 @@ enum ServeBenchmark {
                 guard written > 0 else { throw Failure() }
                 sent += written
             }
-            var headerEnd: Int?
             while true {
-                headerEnd = Self.headerEnd(buffer, from: start, to: end)
-                if headerEnd != nil { break }
-                try fill()
+                if let response = takeResponse() { return response }
+                guard try fill() else { throw Failure() }
             }
-            guard let headerEnd else { throw Failure() }
+        }
+
+        /// The first complete answer received, taken out of the buffer; nil until all of it is in.
+        func takeResponse() -> (status: Int, body: [UInt8])? {
+            guard let headerEnd = Self.headerEnd(buffer, from: start, to: end) else { return nil }
             let (status, length) = Self.statusAndLength(buffer[start..<headerEnd])
-            while end < headerEnd + length { try fill() }
+            guard end >= headerEnd + length else { return nil }
             let body = Array(buffer[headerEnd..<(headerEnd + length)])
             start = headerEnd + length
             if start == end { (start, end) = (0, 0) }
             return (status, body)
+        }
+
+        /// Reads everything that has arrived on a non-blocking socket; false when the connection is
+        /// closed or failed.
+        func receiveAvailable() -> Bool {
+            while true {
+                do {
+                    guard try fill() else { return true }
+                } catch {
+                    return false
+                }
+            }
         }
 
         /// The index just past the first CRLF CRLF in `bytes[from..<to]`.
@@ -401,7 +483,9 @@ enum ServeBenchmark {
             return (status, length)
         }
 
-        private func fill() throws {
+        /// Receives more bytes into the buffer: true when some came, false when none are there yet
+        /// (a non-blocking socket); throws when the connection is closed or failed.
+        private func fill() throws -> Bool {
             if start > 0 {
                 buffer.withUnsafeMutableBufferPointer { bytes in
                     guard let base = bytes.baseAddress else { return }
@@ -411,8 +495,10 @@ enum ServeBenchmark {
             }
             if end == buffer.count { buffer += [UInt8](repeating: 0, count: buffer.count) }
             let count = buffer.withUnsafeMutableBytes { bytes in recv(socket, bytes.baseAddress.map { $0 + end }, bytes.count - end, 0) }
+            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return false }
             guard count > 0 else { throw Failure() }
             end += count
+            return true
         }
     }
 }
