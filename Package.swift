@@ -49,7 +49,7 @@ let package = Package(
             dependencies: ["LedgerService", "FirebaseAuth", "OwnershipLedger", "AppleSignedData", "LedgerCrypto", "LedgerTestSupport"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "LedgerTestSupport"], exclude: ["TLS"]),
         // `ledger` itself for HelpTests, which read the command dispatcher's table.
-        .testTarget(name: "OwnershipLedgerTests", dependencies: ["OwnershipLedger", "LedgerTestSupport", "ledger"]),
+        .testTarget(name: "OwnershipLedgerTests", dependencies: ["OwnershipLedger", "LedgerStore", "LedgerTestSupport", "ledger"]),
         .testTarget(name: "PostgresStoreTests", dependencies: ["OwnershipLedger", "LedgerStore", "LedgerCore", "LedgerTestSupport"]),
         .testTarget(
             name: "AppStoreServerAPITests",

@@ -25,6 +25,9 @@ public final class LedgerService: Sendable {
         /// How long the writer waits for more requests before a commit while requests arrive
         /// concurrently (``GroupCommitter/gatherSeconds``).
         public var commitGatherSeconds: Double = 0.001
+        /// Commit with one disk sync and hold the answers until a later sync covers them
+        /// (``GroupCommitter/deferringSync``).
+        public var commitDeferringSync = true
         /// Receives each log line (JSON, one per request and per event); standard error by default.
         public var log: @Sendable (String) -> Void
         /// Fetch missed notifications from the App Store Server API on a timer; never when nil.
@@ -82,7 +85,8 @@ public final class LedgerService: Sendable {
         }
         let backfill = try configuration.backfill.map { try PeriodicBackfill(ledger: ledger, schedule: $0, metrics: metrics, log: log) }
         let committer = GroupCommitter(
-            ledger: ledger, capacity: configuration.queueCapacity, gatherSeconds: configuration.commitGatherSeconds
+            ledger: ledger, capacity: configuration.queueCapacity, gatherSeconds: configuration.commitGatherSeconds,
+            deferringSync: configuration.commitDeferringSync
         ) { commit in
             metrics.commit(submissions: commit.submissions, seconds: commit.seconds)
         }

@@ -19,6 +19,38 @@ public protocol LedgerEngine: AnyObject, Sendable {
     /// nothing when it throws. `body` may run again (an engine may retry), so it must have no effect
     /// outside the group. Write groups are serialised, across processes.
     func write<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T
+
+    /// ``write(_:)`` for a writer that holds its answers until the group is durable
+    /// (``durability``): the engine may return once the group is committed and visible, before it
+    /// is durable. An engine whose commits are durable when they return just writes (the default).
+    func writeDeferringSync<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T
+
+    /// Write groups committed and write groups durable, as this process counts them; nil for an
+    /// engine whose commits are durable when they return (the default).
+    var durability: EngineDurability? { get }
+
+    /// Makes every committed write group durable (nothing to do by default).
+    func sync() throws
+}
+
+extension LedgerEngine {
+    public func writeDeferringSync<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T { try write(body) }
+    public var durability: EngineDurability? { nil }
+    public func sync() throws {}
+}
+
+/// How far an engine's write groups are committed and durable, by an increasing count of groups:
+/// every group counted up to ``durable`` is durable.
+public struct EngineDurability: Equatable, Sendable {
+    /// The last write group committed (visible to readers).
+    public var committed: UInt64
+    /// Every write group up to this one is durable.
+    public var durable: UInt64
+
+    public init(committed: UInt64, durable: UInt64) {
+        self.committed = committed
+        self.durable = durable
+    }
 }
 
 /// The log's head as the engine keeps it (written with every group).

@@ -169,8 +169,18 @@ final class LMDBEnvironment: @unchecked Sendable {
     /// Runs `body` in a write transaction and commits it; aborts on any error. When the map is
     /// full the transaction is aborted, the map doubled and `body` run again, so `body` must not
     /// have effects outside the transaction.
-    func write<T, E: Error>(_ body: (LMDBTransaction) throws(E) -> T) throws -> T {
+    ///
+    /// The commit is durable when this returns, unless `deferringMetaSync`: then LMDB syncs the data
+    /// pages but writes the meta page that publishes them without syncing it (`MDB_NOMETASYNC`), and
+    /// the transaction is durable only once a later sync covers that write: ``sync()``, or the data
+    /// sync of the next transaction that writes anything. ``durability`` counts both.
+    func write<T, E: Error>(deferringMetaSync: Bool = false, _ body: (LMDBTransaction) throws(E) -> T) throws -> T {
         try clearDeadReadersIfDue()
+        // The meta sync is skipped through the environment's flag (LMDB 0.9 takes no such flag per
+        // transaction), set only around this commit: the lock keeps every other write transaction of
+        // this process out until it is cleared (LMDB serialises write transactions anyway).
+        writerLock.lock()
+        defer { writerLock.unlock() }
         while true {
             resizeLock.lockShared()
             let txn: LMDBTransaction
@@ -192,16 +202,52 @@ final class LMDBEnvironment: @unchecked Sendable {
                 }
                 throw error
             }
+            let id = UInt64(mdb_txn_id(txn.handle))
+            if deferringMetaSync { mdb_env_set_flags(handle, UInt32(MDB_NOMETASYNC), 1) }
             // mdb_txn_commit frees the transaction whether or not it succeeds: never abort it after.
             let code = mdb_txn_commit(txn.handle)
+            if deferringMetaSync { mdb_env_set_flags(handle, UInt32(MDB_NOMETASYNC), 0) }
             resizeLock.unlock()
             if code == MDB_MAP_FULL {
                 try grow()
                 continue
             }
             try lmdb(code, "mdb_txn_commit")
+            committed(id, metaSynced: !deferringMetaSync)
             return result
         }
+    }
+
+    /// Held by every write transaction of this process (see ``write(deferringMetaSync:_:)``).
+    private let writerLock = NSLock()
+    private let durabilityLock = NSLock()
+    private var counted = EngineDurability(committed: 0, durable: 0)
+
+    /// What this process knows to be committed and durable: a commit that returns has synced its
+    /// data pages (so every meta page written before it, in particular the previous transaction's,
+    /// is durable too) and, unless its meta sync was deferred, its own meta page.
+    var durability: EngineDurability { durabilityLock.withLock { counted } }
+
+    /// Counts the commit of transaction `id`. A transaction with nothing to write is not committed
+    /// (LMDB writes and syncs nothing for it, and the last transaction id stays below `id`): it
+    /// counts nothing. When another transaction followed already (the id is above `id`), this one
+    /// is counted committed all the same, which can only make its holder wait for a sync.
+    private func committed(_ id: UInt64, metaSynced: Bool) {
+        var info = MDB_envinfo()
+        mdb_env_info(handle, &info)
+        guard UInt64(info.me_last_txnid) >= id else { return }
+        durabilityLock.withLock {
+            counted.committed = max(counted.committed, id)
+            counted.durable = max(counted.durable, metaSynced ? id : id - 1)
+        }
+    }
+
+    /// Makes every committed transaction durable (`fdatasync` of the data file: it covers the meta
+    /// pages written without a sync).
+    func sync() throws {
+        let covered = durabilityLock.withLock { counted.committed }
+        try lmdb(mdb_env_sync(handle, 1), "mdb_env_sync")
+        durabilityLock.withLock { counted.durable = max(counted.durable, covered) }
     }
 
     /// Clears the reader slots of dead processes (a reader killed inside a read transaction pins

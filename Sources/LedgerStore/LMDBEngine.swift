@@ -77,6 +77,20 @@ public final class LMDBEngine: LedgerEngine, @unchecked Sendable {
         }
     }
 
+    /// Commits with the meta page's sync deferred (`MDB_NOMETASYNC`): one disk sync per group instead
+    /// of two. The group is durable after ``sync()`` or after the next group that writes, whose data
+    /// sync covers its meta page (``durability`` counts LMDB's transaction ids).
+    public func writeDeferringSync<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T {
+        try environment.write(deferringMetaSync: true) { txn in
+            let access = LMDBAccess(txn: txn, db: databases)
+            return try body(access, access)
+        }
+    }
+
+    public var durability: EngineDurability? { environment.durability }
+
+    public func sync() throws { try environment.sync() }
+
     /// Runs `body` in a write transaction with raw access (compaction, tests).
     func withWriteAccess<T>(_ body: (LMDBAccess) throws -> T) throws -> T {
         try environment.write { txn in try body(LMDBAccess(txn: txn, db: databases)) }

@@ -249,6 +249,18 @@ public final class LedgerStore: @unchecked Sendable {
     /// Runs one write group (see ``LedgerEngine/write(_:)``).
     public func write<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T { try engine.write(body) }
 
+    /// Runs one write group that may be committed before it is durable (see
+    /// ``LedgerEngine/writeDeferringSync(_:)``; ``durability`` and ``sync()`` say when it is).
+    public func writeDeferringSync<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T {
+        try engine.writeDeferringSync(body)
+    }
+
+    /// Write groups committed and durable (``LedgerEngine/durability``); nil when every commit is durable as it returns.
+    public var durability: EngineDurability? { engine.durability }
+
+    /// Makes every committed write group durable.
+    public func sync() throws { try engine.sync() }
+
     /// The log's head.
     public func head() throws -> LogHead { try read { try $0.head() } }
 

@@ -45,6 +45,12 @@ public final class GroupCommitter: @unchecked Sendable {
     /// write transaction and two disk syncs whatever its size, so under concurrent load fewer,
     /// larger commits take less CPU per decision; a lone producer never waits.
     public let gatherSeconds: Double
+    /// Commit with one disk sync instead of two (``LedgerStore/writeDeferringSync(_:)``: LMDB leaves
+    /// the meta page that publishes a commit unsynced) and hold each commit's completions until a
+    /// later sync covers it: the next commit that writes (its data sync covers the meta page), or an
+    /// explicit ``LedgerStore/sync()`` as soon as no request is queued. A completion therefore still
+    /// means the decision is durable; it only may come one commit later.
+    public let deferringSync: Bool
     private let ledger: Ledger
     private let onCommit: (@Sendable (Commit) -> Void)?
     private let condition = NSCondition()
@@ -62,13 +68,14 @@ public final class GroupCommitter: @unchecked Sendable {
 
     /// Starts the writer thread. `onCommit` runs on it after each commit (keep it short).
     public init(
-        ledger: Ledger, capacity: Int = 8_192, maximumGroup: Int = 1_000, gatherSeconds: Double = 0,
+        ledger: Ledger, capacity: Int = 8_192, maximumGroup: Int = 1_000, gatherSeconds: Double = 0, deferringSync: Bool = false,
         onCommit: (@Sendable (Commit) -> Void)? = nil
     ) {
         self.ledger = ledger
         self.capacity = max(1, capacity)
         self.maximumGroup = max(1, maximumGroup)
         self.gatherSeconds = max(0, gatherSeconds)
+        self.deferringSync = deferringSync
         self.onCommit = onCommit
         let writer = Thread { [self] in run() }
         writer.name = "ledger-writer"
@@ -115,19 +122,62 @@ public final class GroupCommitter: @unchecked Sendable {
         finished.signal()  // for the next caller
     }
 
+    /// Requests decided by one commit, with what became of their groups (in order).
+    private typealias Decided = (requests: [Request], results: [Result<[Decision], any Error>])
+
     private func run() {
+        // With ``deferringSync``: commits whose completions wait for a sync, oldest first, each with
+        // the store's count of the write group that must be durable first.
+        var held: [(decided: Decided, group: UInt64)] = []
         while let requests = nextRequests() {
             let started = DispatchTime.now()
-            var results = ledger.submit(isolating: requests.flatMap(\.groups))[...]
+            let results = ledger.submit(isolating: requests.flatMap(\.groups), deferringSync: deferringSync)
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
             onCommit?(Commit(submissions: requests.reduce(0) { $0 + $1.size }, requests: requests.count, seconds: seconds))
-            for request in requests {
-                request.completion(Array(results.prefix(request.groups.count)))
-                results = results.dropFirst(request.groups.count)
+            guard deferringSync, let durability = ledger.store.durability else {
+                complete((requests, results))
+                condition.withLock { committing = 0 }
+                continue
             }
+            held.append(((requests, results), durability.committed))
+            while let first = held.first, first.group <= durability.durable {
+                complete(first.decided)
+                held.removeFirst()
+            }
+            // Sync now when nothing is queued (no next commit is coming to cover these), or when this
+            // commit covered nothing (it wrote nothing, or failed): never hold an answer for longer.
+            if !held.isEmpty && (held.count > 1 || condition.withLock { pending.isEmpty }) { syncAndComplete(&held) }
             condition.withLock { committing = 0 }
         }
+        if !held.isEmpty { syncAndComplete(&held) }
         finished.signal()
+    }
+
+    /// Completes each request of `decided` with its groups' results.
+    private func complete(_ decided: Decided) {
+        var results = decided.results[...]
+        for request in decided.requests {
+            request.completion(Array(results.prefix(request.groups.count)))
+            results = results.dropFirst(request.groups.count)
+        }
+    }
+
+    /// Makes `held`'s commits durable and completes them (with the sync's error when it fails: the
+    /// decisions were committed but may not survive a crash), oldest first.
+    private func syncAndComplete(_ held: inout [(decided: Decided, group: UInt64)]) {
+        do {
+            try ledger.store.sync()
+            for entry in held { complete(entry.decided) }
+        } catch {
+            let failure = SyncFailure(description: "the commit could not be made durable (\(error)); it may not survive a crash: send it again")
+            for entry in held { complete((entry.decided.requests, entry.decided.results.map { _ in .failure(failure) })) }
+        }
+        held = []
+    }
+
+    /// A sync that failed after its commits: their answers cannot say they are durable.
+    struct SyncFailure: Error, CustomStringConvertible {
+        let description: String
     }
 
     /// Waits for work and takes the requests pending, up to ``maximumGroup`` submissions; nil once
@@ -163,19 +213,24 @@ extension Ledger {
     /// Decides every group in one commit, like ``submit(groups:)``; when that commit fails,
     /// decides each group alone, so one group's failure stays its own. Each result is a group's
     /// decisions or the error that kept it from being decided (nothing of it was written).
-    public func submit(isolating groups: [(submissions: [Submission], at: Timestamp)]) -> [Result<[Decision], any Error>] {
-        submit(isolating: groups.map { group in Result { try prepare(group) } })
+    /// With `deferringSync`, the commits may return before they are durable (``GroupCommitter/deferringSync``).
+    public func submit(isolating groups: [(submissions: [Submission], at: Timestamp)], deferringSync: Bool = false) -> [Result<[Decision], any Error>]
+    {
+        submit(isolating: groups.map { group in Result { try prepare(group) } }, deferringSync: deferringSync)
     }
 
-    /// ``submit(isolating:)`` of groups already prepared; a group that could not be prepared keeps its error.
-    func submit(isolating groups: [Result<PreparedGroup, any Error>]) -> [Result<[Decision], any Error>] {
+    /// ``submit(isolating:)`` of groups already prepared; a group that could not be prepared keeps its
+    /// error. With `deferringSync`, the commits may return before they are durable (``GroupCommitter/deferringSync``).
+    func submit(isolating groups: [Result<PreparedGroup, any Error>], deferringSync: Bool = false) -> [Result<[Decision], any Error>] {
         let ready = groups.compactMap { try? $0.get() }
         var decided: [Result<[Decision], any Error>] = []
         if !ready.isEmpty {
             do {
-                decided = try submit(prepared: ready).map { .success($0) }
+                decided = try submit(prepared: ready, deferringSync: deferringSync).map { .success($0) }
             } catch {
-                decided = ready.count > 1 ? ready.map { group in Result { try submit(prepared: [group])[0] } } : [.failure(error)]
+                decided =
+                    ready.count > 1
+                    ? ready.map { group in Result { try submit(prepared: [group], deferringSync: deferringSync)[0] } } : [.failure(error)]
             }
         }
         var next = decided.makeIterator()

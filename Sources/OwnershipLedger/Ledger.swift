@@ -114,9 +114,10 @@ public final class Ledger: @unchecked Sendable {
         PreparedGroup(submissions: try group.submissions.map { try prepare($0, at: group.at) }, at: group.at)
     }
 
-    /// Group commit of prepared groups (``submit(groups:)``).
-    func submit(prepared groups: [PreparedGroup]) throws -> [[Decision]] {
-        try store.write { reader, writer in
+    /// Group commit of prepared groups (``submit(groups:)``); with `deferringSync`, the commit may
+    /// return before it is durable (``LedgerStore/writeDeferringSync(_:)``).
+    func submit(prepared groups: [PreparedGroup], deferringSync: Bool = false) throws -> [[Decision]] {
+        func body(reader: any EngineReader, writer: any EngineWriter) throws -> [[Decision]] {
             var group = try WriteGroup(store: store, reader: reader, clock: clock)
             // The keys of every submission, gathered without copying the submissions themselves.
             var commands: [CommandRef] = []
@@ -143,6 +144,7 @@ public final class Ledger: @unchecked Sendable {
             try writer.apply(group.batch())
             return decisions
         }
+        return try deferringSync ? store.writeDeferringSync(body) : store.write(body)
     }
 
     /// Decides one submission (see ``submit(_:at:)``).

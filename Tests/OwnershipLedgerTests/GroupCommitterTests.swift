@@ -1,6 +1,7 @@
 import AppleSignedData
 import Foundation
 import LedgerCore
+import LedgerStore
 import LedgerTestSupport
 import OwnershipLedger
 import Testing
@@ -195,6 +196,93 @@ import Testing
             try committer.enqueue([([try purchase("late", "500")], t)], completion: outcomes.completion(500))
         }
         committer.close()  // again: returns at once
+    }
+
+    /// Records, at each completion, how many commits the writer had reported and the store's durability.
+    final class Witness: @unchecked Sendable {
+        private let lock = NSLock()
+        private var seen: [Int: (commits: Int, durability: EngineDurability?)] = [:]
+        let done = DispatchSemaphore(value: 0)
+
+        func completion(_ index: Int, gate: Gate, store: LedgerStore) -> GroupCommitter.Completion {
+            { _ in
+                let state = (gate.all.count, store.durability)
+                self.lock.withLock { self.seen[index] = state }
+                self.done.signal()
+            }
+        }
+
+        func wait(_ count: Int) { for _ in 0..<count { done.wait() } }
+        subscript(index: Int) -> (commits: Int, durability: EngineDurability?)? { lock.withLock { seen[index] } }
+    }
+
+    /// With `deferringSync`, LMDB commits without syncing the meta page; a commit's requests are
+    /// completed only once a later sync covers it: the next commit's data sync while requests keep
+    /// coming, an explicit sync once none is queued. Never before.
+    @Test func deferringTheSyncCompletesACommitOnlyOnceALaterSyncCoversIt() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let gate = Gate()
+        let committer = GroupCommitter(ledger: ledger, deferringSync: true, onCommit: gate.report)
+        let witness = Witness()
+        try committer.enqueue([([try purchase("first", "600")], t)], completion: witness.completion(0, gate: gate, store: ledger.store))
+        gate.entered.wait()  // committed, reported, held before anything is completed
+        let first = ledger.store.durability
+        if let first {
+            #expect(first.durable < first.committed, "the commit's meta page was synced: nothing was deferred")
+        }
+        for index in 1...5 {
+            try committer.enqueue(
+                [([try purchase("u\(index)", "\(600 + index)")], t)], completion: witness.completion(index, gate: gate, store: ledger.store))
+        }
+        gate.release.signal()
+        witness.wait(6)
+        committer.close()
+        #expect(gate.all.map(\.requests) == [1, 5])
+        guard let first else {
+            // An engine whose commits are durable as they return (PostgreSQL): nothing is held.
+            #expect(witness[0]?.commits == 1)
+            return
+        }
+        // Request 0 waited for the second commit, whose data sync made the first commit durable.
+        #expect(witness[0]?.commits == 2)
+        #expect((witness[0]?.durability?.durable ?? 0) >= first.committed)
+        // Requests 1–5: nothing more was queued, so the writer synced before completing them.
+        for index in 1...5 {
+            let durability = witness[index]?.durability
+            #expect(durability != nil && durability?.durable == durability?.committed)
+        }
+        for index in 0...5 { #expect(try ledger.binding(originalTransactionId: "\(600 + index)").state == "bound") }
+    }
+
+    /// The store's account of durability: a deferred commit is committed and not yet durable; the
+    /// next commit that writes covers it; a group that writes nothing counts nothing; `sync` covers all.
+    @Test func theStoreCountsDeferredCommitsUntilASyncCoversThem() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        guard let start = ledger.store.durability else {
+            // Commits durable as they return: nothing to count, and sync has nothing to do.
+            try ledger.store.sync()
+            #expect(ledger.store.durability == nil)
+            return
+        }
+        #expect(try ledger.submit(isolating: [([purchase("a", "700")], t)], deferringSync: true).allSatisfy { (try? $0.get()) != nil })
+        let deferred = try #require(ledger.store.durability)
+        #expect(deferred.committed > start.committed)
+        #expect(deferred.durable == deferred.committed - 1)
+        #expect(try ledger.submit(isolating: [([purchase("b", "701")], t)], deferringSync: true).allSatisfy { (try? $0.get()) != nil })
+        let next = try #require(ledger.store.durability)
+        #expect(next.durable == deferred.committed, "the next commit's data sync covers the deferred one")
+        #expect(next.committed == deferred.committed + 1)
+        // A duplicate decides nothing new: no transaction is committed, nothing more becomes durable.
+        #expect(try ledger.submit(isolating: [([purchase("b", "701")], t)], deferringSync: true).allSatisfy { (try? $0.get()) != nil })
+        #expect(ledger.store.durability == next)
+        try ledger.store.sync()
+        let synced = try #require(ledger.store.durability)
+        #expect(synced.durable == synced.committed && synced.committed == next.committed)
+        #expect(try ledger.submit(isolating: [([purchase("c", "702")], t)]).allSatisfy { (try? $0.get()) != nil })
+        let plain = try #require(ledger.store.durability)
+        #expect(plain.durable == plain.committed && plain.committed == next.committed + 1, "a plain commit is durable as it returns")
     }
 
     @Test func aRequestThatCannotBeDecidedFailsAloneAndAppendsNothing() throws {
