@@ -101,13 +101,14 @@ final class ChainCache: @unchecked Sendable {
         let key = Key(bytes: Array(header))
         return lock.withLock {
             uses += 1
-            guard let entry = entries[key] else {
+            // One hash of the (kilobytes long) key: found by index, then updated in place.
+            guard let index = entries.index(forKey: key) else {
                 notFound += 1
                 return nil
             }
             found += 1
-            entries[key]?.lastUse = uses
-            return entry.entry
+            entries.values[index].lastUse = uses
+            return entries.values[index].entry
         }
     }
 

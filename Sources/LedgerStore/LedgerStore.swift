@@ -300,12 +300,15 @@ public final class LedgerStore: @unchecked Sendable {
     /// only orders the pseudonyms: the pseudonyms a write group issues land together at the end of
     /// the identity vault's and `account-lineages`' key order, so a commit writes a few pages there
     /// instead of one page per new account. It tells no more than the record that names the
-    /// pseudonym first already does.
-    public func issuePseudonym(forUID uid: String, position: UInt64) throws -> (account: AccountID, vaultKey: Key128, sealedUID: [UInt8]) {
+    /// pseudonym first already does. `vaultKey`, when the caller has it, is `uid`'s
+    /// (``LedgerKeys/vaultKey(uid:)``), not computed again.
+    public func issuePseudonym(forUID uid: String, position: UInt64, vaultKey: Key128? = nil) throws -> (
+        account: AccountID, vaultKey: Key128, sealedUID: [UInt8]
+    ) {
         var bytes = try Digest.randomBytes(16)
         for index in 0..<6 { bytes[index] = UInt8(truncatingIfNeeded: position >> UInt64(8 * (5 - index))) }
         guard let account = AccountID(bytes) else { throw LedgerStoreError.corrupt("pseudonym") }
-        return (account, try keys.vaultKey(uid: uid), try SealedBox.seal(Array(uid.utf8), key: keys.sealKey))
+        return (account, try vaultKey ?? keys.vaultKey(uid: uid), try SealedBox.seal(Array(uid.utf8), key: keys.sealKey))
     }
 
     /// Entries and bytes per database.

@@ -136,7 +136,7 @@ struct WriteGroup {
     /// The pseudonym of `uid`, issuing a new one (kept with the UID sealed) for a new account.
     mutating func pseudonym(forUID uid: String) throws -> AccountID {
         if let existing = try pseudonym(ofUID: uid) { return existing }
-        let issued = try store.issuePseudonym(forUID: uid, position: appender.head.sequence + 1)
+        let issued = try store.issuePseudonym(forUID: uid, position: appender.head.sequence + 1, vaultKey: try vaultKey(of: uid))
         vaultInserts.append((issued.vaultKey, issued.account, issued.sealedUID))
         pseudonyms[issued.vaultKey] = issued.account
         return issued.account
