@@ -8,7 +8,7 @@ struct BenchCommand: Subcommand {
     static let name = "bench"
     static let abstract = "Measure a history (submit rate as the log grows, size, rebuild, verify, queries) or ledger serve."
     static let usage = """
-        Usage: ledger bench history --lines FILE [--chunks N] [--samples N] [--dir DIR]
+        Usage: ledger bench history --lines FILE [--chunks N] [--samples N] [--commit-lines N] [--dir DIR]
                                     [--bundle-id ID] [--environment E] [--app-apple-id N]
                ledger bench binds [--held N] [--binds N] [--dir DIR]
                ledger bench serve [--clients N] [--requests N] [--route transactions|submit] [--batch N]
@@ -19,10 +19,13 @@ struct BenchCommand: Subcommand {
         ../shared/tools/gen_history.py: com.example.myrecipes, Production, 1234567890) and measures, on the
         trusted-decoded submit lines in FILE (`make bench-history` generates them):
           - decided lines/s in each of N equal chunks (default 10): lines parsed by the submit protocol,
-            then decided, appended and committed in groups of 1,000 as `ledger submit` does; that rate
-            (what the storage engine sustains), the parse and render cost per line, the last chunk's
-            rate over the first's, and per line of each chunk the process's CPU time (parse, decide,
-            render: less inflated than wall time by other processes on the cores);
+            then decided, appended and committed in groups of --commit-lines (default 1,000, as
+            `ledger submit` commits); that rate (what the storage engine sustains) and the last chunk's
+            over the first's (lastOverFirst); the submit rate, parsing, deciding and rendering one after
+            the other on one thread as `ledger submit --sequential` does, in this process
+            (submitLinesPerSecondByChunk, submitLastOverFirst); the parse and render cost per line, and
+            per line of each chunk the process's CPU time (parse, decide, render: less inflated than
+            wall time by other processes on the cores);
           - bytes per line at rest (data.mdb / lines) and per database;
           - `ledger rebuild` and `ledger verify` run as child processes: records/s, events/s, peak
             anonymous memory (heap) and peak resident memory (which also counts data.mdb's mapped pages);
@@ -54,7 +57,8 @@ struct BenchCommand: Subcommand {
         Progress goes to stderr, the JSON figures to stdout.
         """
     static let options: Set<String> = [
-        "lines", "chunks", "samples", "dir", "bundle-id", "environment", "app-apple-id", "clients", "requests", "route", "batch", "fixtures",
+        "lines", "chunks", "samples", "commit-lines", "dir", "bundle-id", "environment", "app-apple-id", "clients", "requests", "route", "batch",
+        "fixtures",
         "server", "purchases-per-account", "in", "out", "held", "binds",
     ]
     static let positionals = 1...1
@@ -119,6 +123,8 @@ struct BenchCommand: Subcommand {
         guard FileManager.default.isReadableFile(atPath: linesFile) else { throw CLIError.usage("cannot read --lines \(linesFile)") }
         let chunks = max(try arguments.integer("chunks") ?? 10, 1)
         let samples = max(try arguments.integer("samples") ?? 200, 1)
+        let commitLines = try arguments.integer("commit-lines") ?? SubmitCommand.batchLines
+        guard commitLines >= 1 else { throw CLIError.usage("--commit-lines \(commitLines) is not a positive number of lines") }
         let (directory, temporary) = freshDirectory(arguments)
         defer { if temporary { try? FileManager.default.removeItem(at: directory) } }
         guard let environment = AppleEnvironment(rawValue: arguments.value("environment") ?? "Production") else {
@@ -135,6 +141,7 @@ struct BenchCommand: Subcommand {
         guard total > 0 else { throw CLIError.usage("--lines \(linesFile) holds no line") }
         var reader = try LineReader(path: linesFile)
         var rates: [Int] = []
+        var submitRates: [Int] = []
         var parseMicroseconds: [Double] = []
         var renderMicroseconds: [Double] = []
         var cpuMicroseconds: [Double] = []
@@ -147,7 +154,7 @@ struct BenchCommand: Subcommand {
             let cpuBefore = processCPUNanoseconds()
             var done = 0
             while done < count {
-                let lines = reader.next(min(1_000, count - done))
+                let lines = reader.next(min(commitLines, count - done))
                 guard !lines.isEmpty else { break }
                 var clock = DispatchTime.now().uptimeNanoseconds
                 func lap(_ total: inout UInt64) {
@@ -168,10 +175,12 @@ struct BenchCommand: Subcommand {
                 done += lines.count
             }
             rates.append(Int(Double(done) / max(Double(decide) / 1e9, 1e-9)))
+            submitRates.append(Int(Double(done) / max(Double(parse + decide + render) / 1e9, 1e-9)))
             cpuMicroseconds.append(Double(processCPUNanoseconds() - cpuBefore) / 1e3 / Double(max(done, 1)))
             parseMicroseconds.append(Double(parse) / 1e3 / Double(max(done, 1)))
             renderMicroseconds.append(Double(render) / 1e3 / Double(max(done, 1)))
-            console.err("bench: chunk \(chunk + 1)/\(chunks): \(done) lines, \(rates.last ?? 0) decided lines/s")
+            console.err(
+                "bench: chunk \(chunk + 1)/\(chunks): \(done) lines, \(rates.last ?? 0) decided lines/s, \(submitRates.last ?? 0) submitted lines/s")
         }
 
         // Size at rest.
@@ -205,7 +214,8 @@ struct BenchCommand: Subcommand {
         var figures: JSONObject = [
             "lines": total, "invalidLines": invalid, "records": head.sequence, "chunks": chunks, "decidedLinesPerSecondByChunk": rates,
             "firstChunkDecidedLinesPerSecond": rates.first ?? 0, "lastChunkDecidedLinesPerSecond": rates.last ?? 0,
-            "lastOverFirst": Double((rates.last ?? 0) * 100 / max(rates.first ?? 1, 1)) / 100,
+            "lastOverFirst": ratio(rates),
+            "submitLinesPerSecondByChunk": submitRates, "submitLastOverFirst": ratio(submitRates), "linesPerCommit": commitLines,
             "decideMicrosecondsPerLineByChunk": rates.map { ($0 == 0 ? 0 : 1e7 / Double($0)).rounded() / 10 },
             "parseMicrosecondsPerLine": parseMicroseconds.map { ($0 * 10).rounded() / 10 },
             "renderMicrosecondsPerLine": renderMicroseconds.map { ($0 * 10).rounded() / 10 },
@@ -222,6 +232,9 @@ struct BenchCommand: Subcommand {
         console.out(JSONLine.render(figures))
         return .success
     }
+
+    /// The last of `rates` over the first, to two decimals.
+    static func ratio(_ rates: [Int]) -> Double { Double((rates.last ?? 0) * 100 / max(rates.first ?? 1, 1)) / 100 }
 
     /// The store directory of a benchmark, emptied: `--dir`, or a temporary one (`temporary`: remove it afterwards).
     static func freshDirectory(_ arguments: Arguments) -> (directory: URL, temporary: Bool) {

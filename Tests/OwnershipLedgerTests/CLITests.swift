@@ -181,6 +181,35 @@ import Testing
         #expect(missing.stderr.contains("missing"))
     }
 
+    /// `bench history --commit-lines` changes how the lines are grouped into commits, not what is
+    /// decided: the same records whatever the group; it reports the submit rate beside the decided
+    /// rate, per chunk and last over first. A group of no line is a usage error.
+    @Test func benchHistoryDecidesTheSameRecordsWhateverItsCommitSize() throws {
+        defer { directory.remove() }
+        let lines = (0..<9).map { i in
+            Fixtures.line(["type": "purchase", "account": "bench-uid-\(i % 4)", "transaction": Fixtures.transaction("77\(i)", at: t), "at": t])
+        }
+        try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: directory.path("bench.jsonl"))
+        var records: [Int] = []
+        for commitLines in ["1000", "2"] {
+            let result = try LedgerBinary.run([
+                "bench", "history", "--lines", directory.path("bench.jsonl").path, "--chunks", "3", "--samples", "2", "--commit-lines", commitLines,
+                "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox", "--dir", directory.path("bench-\(commitLines)").path,
+            ])
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.json["linesPerCommit"] as? Int == Int(commitLines))
+            #expect((result.json["decidedLinesPerSecondByChunk"] as? [Int])?.count == 3)
+            #expect((result.json["submitLinesPerSecondByChunk"] as? [Int])?.count == 3)
+            #expect(result.json["submitLastOverFirst"] != nil)
+            #expect(result.json["invalidLines"] as? Int == 0)
+            records.append(result.json["records"] as? Int ?? -1)
+        }
+        #expect(records == [9, 9])
+        let none = try LedgerBinary.run(["bench", "history", "--lines", directory.path("bench.jsonl").path, "--commit-lines", "0"])
+        #expect(none.status == 2)
+        #expect(none.stderr.contains("--commit-lines 0"))
+    }
+
     @Test(arguments: ["init", "submit", "binding", "account", "log", "verify", "rebuild", "stats", "inspect-jws", "bench", "demo"])
     func everyCommandHasHelp(command: String) throws {
         let help = try LedgerBinary.run([command, "--help"])
