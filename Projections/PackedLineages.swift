@@ -35,6 +35,11 @@ public struct PackedLineages: Sendable {
     /// The lineages held, sorted.
     public func sortedKeys() -> [LineageKey] { slots.keys.sorted() }
 
+    /// Visits every lineage held, in no particular order.
+    public func forEach(_ body: (LineageKey, LineageState) throws -> Void) rethrows {
+        for (lineage, slot) in slots { try body(lineage, unpack(lineage, slot)) }
+    }
+
     /// Makes room for `count` lineages at once.
     public mutating func reserveCapacity(_ count: Int) { slots.reserveCapacity(count) }
 

@@ -30,6 +30,16 @@ public enum ReadModel {
         return out
     }
 
+    /// Every entry of a lean replay's state, whose lineages are `lineages`
+    /// (``InvariantChecker/leanLineages``), in no particular order and without building them all:
+    /// what `verify` hashes to compare with the persisted read models.
+    public static func forEachEntry(of state: LedgerState, lineages: PackedLineages, _ body: ([UInt8], [UInt8]) throws -> Void) rethrows {
+        for account in state.deletedAccounts { try body(deletedKey(account), []) }
+        try lineages.forEach { try body(lineageKey($0), encode($1)) }
+        for (staff, member) in state.staff { try body(staffKey(staff), encode(member)) }
+        for (caseId, transfer) in state.transfers { try body(transferKey(caseId), encode(transfer)) }
+    }
+
     /// The entries of a state in key order, without building them all: the deleted accounts and the
     /// lineages are sorted once (16 bytes each) and each entry is encoded when it is visited. What
     /// `verify` walks beside the persisted read models.

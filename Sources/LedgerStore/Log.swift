@@ -219,22 +219,29 @@ public struct ChainWalk {
     public private(set) var fault: ChainFault?
     private var changedBlock: ChainFault?
 
-    public init(head: LogHead) throws {
+    /// Links the chain hashes only when `linking` (else the caller links the leaves ``add`` hands it,
+    /// elsewhere, and gives ``finish(chain:)`` the result).
+    public init(head: LogHead, linking: Bool = true) throws {
         self.head = head
+        self.linking = linking
         hasher = try LogHasher()
     }
 
-    /// Hashes record `sequence`; `node` gets each Merkle node it completes. False (and ``fault`` set)
-    /// when the record is not the next one.
+    private let linking: Bool
+
+    /// Hashes record `sequence`; `node` gets each Merkle node it completes and `leaf` its leaf hash.
+    /// False (and ``fault`` set) when the record is not the next one.
     public mutating func add(
-        _ sequence: UInt64, _ bytes: UnsafeRawBufferPointer, reader: any EngineReader, node: (IndexEntry) -> Void = { _ in }
+        _ sequence: UInt64, _ bytes: UnsafeRawBufferPointer, reader: any EngineReader, node: (IndexEntry) -> Void = { _ in },
+        leaf leafHash: (Digest32) -> Void = { _ in }
     ) throws -> Bool {
         guard sequence == count + 1 else {
             fault = ChainFault(sequence: count + 1, through: count + 1, reason: "missing (the next stored record is \(sequence))")
             return false
         }
         let leaf = try hasher.leafHash(bytes)
-        chain = try hasher.chain(chain, sequence: sequence, leaf: leaf)
+        leafHash(leaf)
+        if linking { chain = try hasher.chain(chain, sequence: sequence, leaf: leaf) }
         var completed: [(UInt8, UInt64, Digest32)] = []
         try MerkleLog.append(leaf, count: count, frontier: &frontier, hasher: hasher) { completed.append(($0, $1, $2)) }
         for (level, index, hash) in completed {
@@ -252,6 +259,12 @@ public struct ChainWalk {
 
     /// Records a fault found by the caller (a record that does not decode, or out of order).
     public mutating func stop(_ fault: ChainFault) { self.fault = fault }
+
+    /// ``finish()`` with the chain hash of the leaves ``add`` handed out, linked by the caller.
+    public mutating func finish(chain linked: Digest32) -> ChainFault? {
+        chain = linked
+        return finish()
+    }
 
     /// After the last record: the first fault, if any. Bytes changed in place are located to the
     /// first stored node that no longer matches them, else to the subtree of the head's frontier

@@ -68,34 +68,147 @@ struct DifferenceList {
     var isEmpty: Bool { kept.isEmpty }
 }
 
-/// An order-independent keyed hash of a multiset of index entries: two sums of SipHash values
-/// under this process's random seed, and a count. The entries a log implies and the entries an
-/// index holds are summed in whatever order each is walked; equal sums mean equal multisets but
-/// for a chance of about 2^-128 (the seed is secret, so entries cannot be crafted to collide).
+/// An order-independent keyed hash of a multiset of index entries (or of read-model entries): the sums of the two halves of
+/// each entry's 128-bit SipHash-1-3 under this process's random key, and a count. The entries a log
+/// implies and the entries an index holds are summed in whatever order each is walked; equal sums
+/// mean equal multisets but for a chance of about 2^-128 (the key is secret, so entries cannot be
+/// crafted to collide). Each entry is hashed as a few fixed words (a tag, then its fields), in one
+/// pass of the 128-bit variant instead of two of the standard library's 64-bit `Hasher`.
 struct MultisetHash: Equatable {
     private(set) var count: UInt64 = 0
     private var first: UInt64 = 0
     private var second: UInt64 = 0
 
+    /// This process's key, drawn once.
+    private static let key = (UInt64.random(in: .min ... .max), UInt64.random(in: .min ... .max))
+
     mutating func add(_ entry: IndexEntry) {
-        var a = Hasher()
-        a.combine(UInt8(0xA5))
-        a.combine(entry)
-        var b = Hasher()
-        b.combine(UInt8(0x5A))
-        b.combine(entry)
-        first &+= UInt64(bitPattern: Int64(a.finalize()))
-        second &+= UInt64(bitPattern: Int64(b.finalize()))
+        var h = SipHash13x128(key: Self.key)
+        switch entry {
+        case .command(let key, let sequence):
+            h.add(1, key.high, key.low, sequence)
+        case .lineage(let lineage, let sequence, let command):
+            h.add(2, lineage.key.high, lineage.key.low, sequence)
+            h.add(command.high, command.low)
+        case .accountLineage(let account, let lineage, let sequence):
+            h.add(3, account.key.high, account.key.low, lineage.key.high)
+            h.add(lineage.key.low, sequence)
+        case .merkleNode(let level, let index, let hash):
+            h.add(4 | UInt64(level) << 8, index, hash.prefix128.high, hash.prefix128.low)
+            h.add(hash.suffix128.high, hash.suffix128.low)
+        case .malformed(let index, let key, let value):
+            h.add(5 | UInt64(index.position) << 8, UInt64(key.count), UInt64(value.count), 0)
+            h.add(bytes: key)
+            h.add(bytes: value)
+        }
+        sum(&h)
+    }
+
+    /// Adds a read-model entry.
+    mutating func add(key: [UInt8], value: [UInt8]) {
+        var h = SipHash13x128(key: Self.key)
+        h.add(6, UInt64(key.count), UInt64(value.count), 0)
+        h.add(bytes: key)
+        h.add(bytes: value)
+        sum(&h)
+    }
+
+    private mutating func sum(_ h: inout SipHash13x128) {
+        let (a, b) = h.finish()
+        first &+= a
+        second &+= b
         count += 1
     }
+}
+
+/// SipHash-1-3 with a 128-bit result (the reference's 128-bit variant) over whole 64-bit words: the
+/// caller makes its message injective (a tag and lengths first), so no length byte is padded in.
+struct SipHash13x128 {
+    private var v0: UInt64, v1: UInt64, v2: UInt64, v3: UInt64
+    private var words: UInt64 = 0
+
+    init(key: (UInt64, UInt64)) {
+        v0 = key.0 ^ 0x736f_6d65_7073_6575
+        v1 = key.1 ^ 0x646f_7261_6e64_6f6d ^ 0xee
+        v2 = key.0 ^ 0x6c79_6765_6e65_7261
+        v3 = key.1 ^ 0x7465_6462_7974_6573
+    }
+
+    @inline(__always)
+    private mutating func round() {
+        v0 &+= v1
+        v1 = v1.rotated(13) ^ v0
+        v0 = v0.rotated(32)
+        v2 &+= v3
+        v3 = v3.rotated(16) ^ v2
+        v0 &+= v3
+        v3 = v3.rotated(21) ^ v0
+        v2 &+= v1
+        v1 = v1.rotated(17) ^ v2
+        v2 = v2.rotated(32)
+    }
+
+    @inline(__always)
+    mutating func add(_ word: UInt64) {
+        v3 ^= word
+        round()
+        v0 ^= word
+        words &+= 1
+    }
+
+    @inline(__always)
+    mutating func add(_ a: UInt64, _ b: UInt64) {
+        add(a)
+        add(b)
+    }
+
+    @inline(__always)
+    mutating func add(_ a: UInt64, _ b: UInt64, _ c: UInt64, _ d: UInt64) {
+        add(a, b)
+        add(c, d)
+    }
+
+    /// The bytes, eight to a word (the last one zero-padded); their count must be in the message already.
+    mutating func add(bytes: [UInt8]) {
+        bytes.withUnsafeBytes { raw in
+            var offset = 0
+            while offset + 8 <= raw.count {
+                add(UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self)))
+                offset += 8
+            }
+            guard offset < raw.count else { return }
+            var word: UInt64 = 0
+            for index in offset..<raw.count { word |= UInt64(raw[index]) << (UInt64(index - offset) * 8) }
+            add(word)
+        }
+    }
+
+    mutating func finish() -> (UInt64, UInt64) {
+        add(words << 56)
+        v2 ^= 0xee
+        round()
+        round()
+        round()
+        let a = v0 ^ v1 ^ v2 ^ v3
+        v1 ^= 0xdd
+        round()
+        round()
+        round()
+        return (a, v0 ^ v1 ^ v2 ^ v3)
+    }
+}
+
+extension UInt64 {
+    @inline(__always)
+    fileprivate func rotated(_ bits: UInt64) -> UInt64 { self << bits | self >> (64 - bits) }
 }
 
 extension LedgerStore {
     /// Streams the whole log once: every record's structure, order and time; the leaf and chain
     /// hashes against the head, and the Merkle nodes against the stored ones (naming the block of
     /// records whose bytes changed); the invariants; the fold, compared with the persisted read
-    /// models in key order; and the entries each record implies, compared with the stored indexes
-    /// through order-independent keyed hashes (an exact diagnosis runs only on a mismatch). With
+    /// models, and the entries each record implies, compared with the stored indexes, both through
+    /// order-independent keyed hashes (an exact diagnosis in key order runs only on a mismatch). With
     /// `repair`, then makes the read models and the derived indexes equal to the log's.
     /// `progress` is called with (records done, total) every 10,000 records.
     ///
@@ -183,6 +296,16 @@ struct Analysis {
         return (pass == 0 ? [] : lineageKey(range.lowerBound), pass == count - 1 ? nil : lineageKey(range.upperBound + 1))
     }
 
+    /// The read-model keys a pass compares (``readModelKeys(_:of:)``).
+    struct ModelKeys: Sendable {
+        let start: [UInt8]
+        let end: [UInt8]?
+        init(_ keys: (start: [UInt8], end: [UInt8]?)) { (start, end) = keys }
+        func contains(_ key: [UInt8]) -> Bool {
+            !key.lexicographicallyPrecedes(start) && (end.map { key.lexicographicallyPrecedes($0) } ?? true)
+        }
+    }
+
     /// The passes' reports added up.
     struct Passes {
         var first: ReplayReport?
@@ -240,8 +363,10 @@ struct Analysis {
     var deletionsWhileBound: [(sequence: UInt64, account: AccountID, bound: Int)] = []
     /// Indexes whose stored entries differ from the implied ones.
     var damagedIndexes: [EngineIndex] = []
-    /// The replayed state's read models in key order (kept for the repair).
-    var expected: ReadModel.OrderedEntries
+    /// The replayed state and its lineages, whose read models the persisted ones are compared with.
+    var replayed: (state: LedgerState, lineages: PackedLineages)
+    /// The replayed state's read models in key order (for the exact comparison and the repair).
+    var expected: ReadModel.OrderedEntries { ReadModel.OrderedEntries(replayed.state, lineages: replayed.lineages) }
     var readModelsDiffer = false
     var staleModelVersion = false
     /// Case id → lineage, for the entries of case steps.
@@ -252,10 +377,13 @@ struct Analysis {
     /// Decoded records handed from the thread that reads, hashes and decodes the log to the one that
     /// checks and folds: the events of every record in one array, and each record's command and
     /// where its events end.
+    /// The first pass also hands over the leaf hash of every record from `first` on, for the
+    /// folding thread to link into the chain (after a record that does not decode, leaves only).
     struct Batch {
         var first: UInt64
         var events: [LedgerEvent] = []
         var records: [(command: Key128, end: Int)] = []
+        var leaves: [Digest32] = []
         static let capacity = 1_024
 
         init(first: UInt64) {
@@ -263,6 +391,9 @@ struct Analysis {
             events.reserveCapacity(Self.capacity * 4)
             records.reserveCapacity(Self.capacity)
         }
+
+        var isFull: Bool { records.count == Self.capacity || leaves.count == Self.capacity }
+        var isEmpty: Bool { records.isEmpty && leaves.isEmpty }
     }
 
     /// A bounded queue of batches between the two threads.
@@ -318,10 +449,20 @@ struct Analysis {
         var checker: InvariantChecker
         /// The first pass hashes the entries the records imply; later ones only fold.
         let indexes: Bool
-        init(checker: InvariantChecker, indexes: Bool) {
+        /// The read-model keys of this pass.
+        let modelKeys: ModelKeys
+        init(checker: InvariantChecker, indexes: Bool, modelKeys: ModelKeys) throws {
             self.checker = checker
             self.indexes = indexes
+            self.modelKeys = modelKeys
+            hasher = try LogHasher()
         }
+        /// The read models of the folded state, hashed once the fold is done.
+        var replayedModels = MultisetHash()
+        /// The chain hash of the leaves handed over.
+        var chain = Digest32.zero
+        private var linked: UInt64 = 0
+        private let hasher: LogHasher
         /// By ``EngineIndex/position``.
         var implied = [MultisetHash](repeating: MultisetHash(), count: EngineIndex.allCases.count)
         var events: UInt64 = 0
@@ -333,6 +474,10 @@ struct Analysis {
             defer { done.signal() }
             do {
                 while let batch = handoff.take() {
+                    for leaf in batch.leaves {
+                        linked += 1
+                        chain = try hasher.chain(chain, sequence: linked, leaf: leaf)
+                    }
                     var start = 0
                     var sequence = batch.first
                     for record in batch.records {
@@ -340,6 +485,9 @@ struct Analysis {
                         start = record.end
                         sequence += 1
                     }
+                }
+                ReadModel.forEachEntry(of: checker.state, lineages: checker.leanLineages) { key, value in
+                    if modelKeys.contains(key) { replayedModels.add(key: key, value: value) }
                 }
             } catch {
                 self.error = error
@@ -359,10 +507,11 @@ struct Analysis {
         }
     }
 
-    /// One pass over the log on two threads: this one reads each record, hashes it (leaf, chain,
-    /// Merkle nodes against the stored ones) and decodes it, then hashes the stored indexes; the other
-    /// checks the invariants, folds and hashes the entries the records imply. Then the fold is
-    /// compared with the persisted read models, walking both in key order. Pass 0 of `count` does all
+    /// One pass over the log on two threads: this one reads each record, hashes it (leaf, Merkle
+    /// nodes against the stored ones) and decodes it, then hashes the stored indexes and the
+    /// persisted read models; the other links the leaves into the chain, checks the invariants, folds,
+    /// hashes the entries the records imply and, once the fold is done, its read models. Only when
+    /// the read-model hashes differ are both walked in key order to name each difference. Pass 0 of `count` does all
     /// of that; a later pass (`first` is pass 0's analysis) only folds its range of lineages, through
     /// the last record pass 0 verified, and compares their read models.
     static func run(
@@ -371,14 +520,15 @@ struct Analysis {
         let head = try reader.head()
         let hashing = pass == 0
         let through = first?.report.verifiedRecords ?? head.sequence
-        var walk = try ChainWalk(head: head)
+        var walk = try ChainWalk(head: head, linking: false)
         var impliedNodes = MultisetHash()
         let handoff = Handoff()
         var checker = InvariantChecker(signatures: .libcrypto, lean: true, lineageRange: count == 1 ? nil : range(pass, of: count))
         // About the lineages this pass keeps (the read models name each once), with a margin.
         let models = try reader.statistics().first { $0.name == "read-models" }?.entries ?? 0
         checker.reserveCapacity(lineages: models / count + models / count / 8)
-        let fold = Fold(checker: checker, indexes: hashing)
+        let modelKeys = ModelKeys(readModelKeys(pass, of: count))
+        let fold = try Fold(checker: checker, indexes: hashing, modelKeys: modelKeys)
         let normalizer = Normalizer(reader: reader)
         Thread.detachNewThread { fold.run(handoff, normalize: normalizer.normalize) }
         var batch = Batch(first: 1)
@@ -390,7 +540,8 @@ struct Analysis {
         do {
             try reader.forEachRecord(from: 1, through: through) { sequence, bytes in
                 if hashing {
-                    guard try walk.add(sequence, bytes, reader: reader, node: { impliedNodes.add($0) }) else { return false }
+                    guard try walk.add(sequence, bytes, reader: reader, node: { impliedNodes.add($0) }, leaf: { batch.leaves.append($0) })
+                    else { return false }
                 }
                 if decodeFault == nil {
                     let start = batch.events.count
@@ -408,10 +559,10 @@ struct Analysis {
                     }
                     // A later pass has nothing more to do; the first still hashes the rest of the chain.
                     if decodeFault != nil && !hashing { return false }
-                    if batch.records.count == Batch.capacity {
-                        handoff.put(batch)  // dropped once the other thread has stopped
-                        batch = Batch(first: sequence + 1)
-                    }
+                }
+                if batch.isFull {
+                    handoff.put(batch)  // dropped once the other thread has stopped
+                    batch = Batch(first: sequence + 1)
                 }
                 if sequence % 10_000 == 0 { label?(sequence, through) }
                 return true
@@ -422,7 +573,7 @@ struct Analysis {
             fold.done.wait()
             throw error
         }
-        if !batch.records.isEmpty { handoff.put(batch) }
+        if !batch.isEmpty { handoff.put(batch) }
         handoff.close()
         // The stored indexes, while the other thread folds.
         var stored = [EngineIndex: MultisetHash]()
@@ -436,13 +587,20 @@ struct Analysis {
                 stored[index] = hash
             }
         }
+        // The persisted read models of this pass's range, hashed while the other thread folds.
+        var persistedModels = MultisetHash()
+        try reader.forEachReadModel(from: modelKeys.start) { key, value in
+            guard modelKeys.contains(key) else { return false }
+            persistedModels.add(key: key, value: value)
+            return true
+        }
         fold.done.wait()
         if let error = fold.error { throw error }
         var fault: ChainFault?
         if hashing {
             // A record that does not decode ends the pass there, unless a record before it is missing.
             if let bad = decodeFault, walk.fault.map({ $0.sequence > bad.sequence }) ?? true { walk.stop(bad) }
-            fault = walk.finish()
+            fault = walk.finish(chain: fold.chain)
         } else {
             fault = first?.report.chainFault
         }
@@ -455,10 +613,12 @@ struct Analysis {
                 verifiedRecords: fault.map { $0.sequence - 1 } ?? head.sequence, events: fold.events, chainFault: fault,
                 violations: fold.checker.violations, readModelDifferences: [], indexDifferences: [], lineages: fold.checker.lineageCount),
             head: head, pass: pass, passCount: count, deletionsWhileBound: fold.checker.deletionsWhileBound,
-            expected: ReadModel.OrderedEntries(state, lineages: fold.checker.leanLineages))
+            replayed: (state, fold.checker.leanLineages))
         analysis.report.formatOneNotes = fold.checker.formatOneNotes
         analysis.caseLineages = state.transfers.mapValues { $0.request.plan.lineage }
-        try analysis.compareReadModels(reader)
+        // The folding thread hashed the replayed read models the same way; the walk in key order that
+        // names each difference runs only when the two differ.
+        if fold.replayedModels != persistedModels { try analysis.compareReadModels(reader) }
         if hashing {
             analysis.staleModelVersion = try reader.meta(.readModelVersion).flatMap(u32) != StateProjection.version
             try analysis.compareIndexes(implied: implied, stored: stored, reader)

@@ -52,6 +52,38 @@ import Testing
         return ["\(records)", "\(steps)", "\(explanation.verdict) \(explanation.cited)"]
     }
 
+    /// The keyed multiset hash behind the index and read-model comparisons: the order of the entries
+    /// does not matter; every field, and how bytes split between a key and a value, does.
+    @Test func theMultisetHashIgnoresOrderAndSeesEveryField() {
+        let command = Key128(high: 1, low: 2)
+        let lineage = LineageKey(Key128(high: 3, low: 4))
+        let entries: [IndexEntry] = [
+            .command(command, sequence: 1), .lineage(lineage, sequence: 1, command: command),
+            .accountLineage(AccountID(Key128(high: 5, low: 6)), lineage, sequence: 1),
+            .merkleNode(level: 8, index: 0, hash: .zero), .malformed(.lineages, key: [1, 2, 3], value: Array(0..<11)),
+        ]
+        func hash(_ entries: [IndexEntry]) -> MultisetHash {
+            var hash = MultisetHash()
+            for entry in entries { hash.add(entry) }
+            return hash
+        }
+        #expect(hash(entries) == hash(entries.reversed()))
+        let changed: [IndexEntry] = [
+            .command(command, sequence: 2), .lineage(lineage, sequence: 1, command: Key128(high: 1, low: 3)),
+            .accountLineage(AccountID(Key128(high: 5, low: 7)), lineage, sequence: 1),
+            .merkleNode(level: 9, index: 0, hash: .zero), .malformed(.lineages, key: [1, 2], value: [3] + Array(0..<11)),
+        ]
+        for (index, entry) in changed.enumerated() {
+            var other = entries
+            other[index] = entry
+            #expect(hash(other) != hash(entries), "\(entry)")
+        }
+        var split = (MultisetHash(), MultisetHash())
+        split.0.add(key: [1, 2], value: [3])
+        split.1.add(key: [1], value: [2, 3])
+        #expect(split.0 != split.1)
+    }
+
     @Test func aHealthyStoreHasNoIndexDifferences() throws {
         let (ledger, directory) = try populatedLedger()
         defer { directory.remove() }
