@@ -446,64 +446,81 @@ struct Analysis {
 
     /// What the folding thread found.
     final class Fold: @unchecked Sendable {
-        var checker: InvariantChecker
-        /// The first pass hashes the entries the records imply; later ones only fold.
-        let indexes: Bool
+        /// The fold's state: the folding thread moves it into a local value while it runs (no
+        /// exclusivity check of a class's property per record), and back when it is done.
+        var state: Folding
         /// The read-model keys of this pass.
         let modelKeys: ModelKeys
-        init(checker: InvariantChecker, indexes: Bool, modelKeys: ModelKeys) throws {
-            self.checker = checker
-            self.indexes = indexes
-            self.modelKeys = modelKeys
-            hasher = try LogHasher()
-        }
-        /// The read models of the folded state, hashed once the fold is done.
-        var replayedModels = MultisetHash()
-        /// The chain hash of the leaves handed over.
-        var chain = Digest32.zero
-        private var linked: UInt64 = 0
-        private let hasher: LogHasher
-        /// By ``EngineIndex/position``.
-        var implied = [MultisetHash](repeating: MultisetHash(), count: EngineIndex.allCases.count)
-        var events: UInt64 = 0
         var error: (any Error)?
         let done = DispatchSemaphore(value: 0)
+
+        init(checker: InvariantChecker, indexes: Bool, modelKeys: ModelKeys) throws {
+            state = Folding(checker: checker, indexes: indexes, hasher: try LogHasher())
+            self.modelKeys = modelKeys
+        }
 
         /// Checks and folds the batches until the handoff closes.
         func run(_ handoff: Handoff, normalize: (IndexEntry) -> IndexEntry) {
             defer { done.signal() }
+            var folding = Folding(checker: InvariantChecker(), indexes: false, hasher: state.hasher)
+            swap(&folding, &state)
+            defer { swap(&folding, &state) }
             do {
-                while let batch = handoff.take() {
-                    for leaf in batch.leaves {
-                        linked += 1
-                        chain = try hasher.chain(chain, sequence: linked, leaf: leaf)
-                    }
-                    var start = 0
-                    var sequence = batch.first
-                    for record in batch.records {
-                        try add(sequence, command: record.command, events: batch.events[start..<record.end], normalize: normalize)
-                        start = record.end
-                        sequence += 1
-                    }
-                }
-                ReadModel.forEachEntry(of: checker.state, lineages: checker.leanLineages) { key, value in
-                    if modelKeys.contains(key) { replayedModels.add(key: key, value: value) }
+                while let batch = handoff.take() { try folding.add(batch, normalize: normalize) }
+                let keys = modelKeys
+                ReadModel.forEachEntry(of: folding.checker.state, lineages: folding.checker.leanLineages) { key, value in
+                    if keys.contains(key) { folding.replayedModels.add(key: key, value: value) }
                 }
             } catch {
                 self.error = error
                 handoff.stop()
             }
         }
+    }
 
-        func add(_ sequence: UInt64, command: Key128, events: ArraySlice<LedgerEvent>, normalize: (IndexEntry) -> IndexEntry) throws {
-            try checker.check(sequence: sequence, events: events)
-            if indexes {
-                let transfers = checker.state.transfers
-                forEachImpliedEntry(sequence: sequence, command: command, events: events, caseLineage: { transfers[$0]?.request.plan.lineage }) {
-                    entry in implied[entry.index.position].add(normalize(entry))
-                }
+    /// The folding thread's work.
+    struct Folding {
+        var checker: InvariantChecker
+        /// The first pass hashes the entries the records imply; later ones only fold.
+        let indexes: Bool
+        let hasher: LogHasher
+        /// By ``EngineIndex/position``.
+        var implied = [MultisetHash](repeating: MultisetHash(), count: EngineIndex.allCases.count)
+        var events: UInt64 = 0
+        /// The chain hash of the leaves handed over.
+        var chain = Digest32.zero
+        var linked: UInt64 = 0
+        /// The read models of the folded state, hashed once the fold is done.
+        var replayedModels = MultisetHash()
+
+        init(checker: InvariantChecker, indexes: Bool, hasher: LogHasher) {
+            self.checker = checker
+            self.indexes = indexes
+            self.hasher = hasher
+        }
+
+        mutating func add(_ batch: Batch, normalize: (IndexEntry) -> IndexEntry) throws {
+            for leaf in batch.leaves {
+                linked += 1
+                chain = try hasher.chain(chain, sequence: linked, leaf: leaf)
             }
-            self.events += UInt64(events.count)
+            var start = 0
+            var sequence = batch.first
+            for record in batch.records {
+                let events = batch.events[start..<record.end]
+                try checker.check(sequence: sequence, events: events)
+                if indexes {
+                    let transfers = checker.state.transfers
+                    forEachImpliedEntry(
+                        sequence: sequence, command: record.command, events: events, caseLineage: { transfers[$0]?.request.plan.lineage }
+                    ) { entry in
+                        implied[entry.index.position].add(normalize(entry))
+                    }
+                }
+                self.events += UInt64(events.count)
+                start = record.end
+                sequence += 1
+            }
         }
     }
 
@@ -600,25 +617,25 @@ struct Analysis {
         if hashing {
             // A record that does not decode ends the pass there, unless a record before it is missing.
             if let bad = decodeFault, walk.fault.map({ $0.sequence > bad.sequence }) ?? true { walk.stop(bad) }
-            fault = walk.finish(chain: fold.chain)
+            fault = walk.finish(chain: fold.state.chain)
         } else {
             fault = first?.report.chainFault
         }
         label?(through, through)
-        var implied = Dictionary(uniqueKeysWithValues: EngineIndex.allCases.map { ($0, fold.implied[$0.position]) })
+        var implied = Dictionary(uniqueKeysWithValues: EngineIndex.allCases.map { ($0, fold.state.implied[$0.position]) })
         implied[.merkle] = impliedNodes
-        let state = fold.checker.state
+        let state = fold.state.checker.state
         var analysis = Analysis(
             report: ReplayReport(
-                verifiedRecords: fault.map { $0.sequence - 1 } ?? head.sequence, events: fold.events, chainFault: fault,
-                violations: fold.checker.violations, readModelDifferences: [], indexDifferences: [], lineages: fold.checker.lineageCount),
-            head: head, pass: pass, passCount: count, deletionsWhileBound: fold.checker.deletionsWhileBound,
-            replayed: (state, fold.checker.leanLineages))
-        analysis.report.formatOneNotes = fold.checker.formatOneNotes
+                verifiedRecords: fault.map { $0.sequence - 1 } ?? head.sequence, events: fold.state.events, chainFault: fault,
+                violations: fold.state.checker.violations, readModelDifferences: [], indexDifferences: [], lineages: fold.state.checker.lineageCount),
+            head: head, pass: pass, passCount: count, deletionsWhileBound: fold.state.checker.deletionsWhileBound,
+            replayed: (state, fold.state.checker.leanLineages))
+        analysis.report.formatOneNotes = fold.state.checker.formatOneNotes
         analysis.caseLineages = state.transfers.mapValues { $0.request.plan.lineage }
         // The folding thread hashed the replayed read models the same way; the walk in key order that
         // names each difference runs only when the two differ.
-        if fold.replayedModels != persistedModels { try analysis.compareReadModels(reader) }
+        if fold.state.replayedModels != persistedModels { try analysis.compareReadModels(reader) }
         if hashing {
             analysis.staleModelVersion = try reader.meta(.readModelVersion).flatMap(u32) != StateProjection.version
             try analysis.compareIndexes(implied: implied, stored: stored, reader)
