@@ -27,7 +27,7 @@ public final class LedgerService: Sendable {
         public var commitGatherSeconds: Double = 0.001
         /// Commit with one disk sync and hold the answers until a later sync covers them
         /// (``GroupCommitter/deferringSync``).
-        public var commitDeferringSync = true
+        public var commitDeferringSync = false
         /// Receives each log line (JSON, one per request and per event); standard error by default.
         public var log: @Sendable (String) -> Void
         /// Fetch missed notifications from the App Store Server API on a timer; never when nil.
