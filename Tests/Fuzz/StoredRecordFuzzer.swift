@@ -11,7 +11,8 @@ import LedgerCore
 public func fuzzStoredRecord(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
     // Dictionary entries (separated by 0xFD) before the first 0xFE, then the bytes to expand and store.
     let (entryBytes, payload) = splitOnce(fuzzInput(start, count), separator: 0xFE)
-    let entries = entryBytes.split(separator: 0xFD, omittingEmptySubsequences: false).map(Array.init)
+    // At most one entry past a full dictionary (254): `meta` keys number entries with one byte.
+    let entries = entryBytes.split(separator: 0xFD, omittingEmptySubsequences: false).prefix(255).map(Array.init)
     let stored = entries.enumerated().map { (key: StoredRecordDictionary.metaKey($0.offset + 1), value: $0.element) }
     guard let dictionary = try? StoredRecordDictionary.load(stored) else { return 0 }
     var out: [UInt8] = []
