@@ -16,6 +16,12 @@ final class PostgresAccess: EngineReader, EngineWriter {
     private(set) var commitSent = false
     /// The group's last appended record, by which a lost `COMMIT` is resolved.
     private(set) var lastAppended: (sequence: UInt64, bytes: [UInt8])?
+    /// Read-model keys and vault keys this write group read under the head lock and found absent,
+    /// and has not written since: no other writer can insert them before the group commits (every
+    /// write group holds the head lock), so the group inserts them without `ON CONFLICT` — a plain
+    /// insertion costs the server about half a speculative one (docs/benchmarks.md, "session 21").
+    private var absentReadModels = Set<[UInt8]>()
+    private var absentVaultKeys = Set<Key128>()
 
     init(connection: PostgresConnection, store: String, writing: Bool) {
         self.connection = connection
@@ -190,7 +196,12 @@ final class PostgresAccess: EngineReader, EngineWriter {
     private func readModels(_ keys: [[UInt8]]) throws -> [([UInt8], [UInt8])] {
         guard !keys.isEmpty else { return [] }
         let rows = try query("SELECT key, value FROM ledger_read_models WHERE key = ANY($1)", [.bytesArray(keys)])
-        return (0..<rows.count).map { (rows.bytes($0, 0) ?? [], rows.bytes($0, 1) ?? []) }
+        let found = (0..<rows.count).map { (rows.bytes($0, 0) ?? [], rows.bytes($0, 1) ?? []) }
+        if lockedHead != nil {
+            absentReadModels.formUnion(keys)
+            absentReadModels.subtract(found.map(\.0))
+        }
+        return found
     }
 
     func lineageStates(_ lineages: [LineageKey]) throws -> [LineageKey: LineageState] {
@@ -265,6 +276,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
         for row in 0..<rows.count {
             out[try PostgresRowDecoding.key128(rows.value(row, 0))] = AccountID(try PostgresRowDecoding.key128(rows.value(row, 1)))
         }
+        if lockedHead != nil { absentVaultKeys.formUnion(vaultKeys.filter { out[$0] == nil }) }
         return out
     }
 
@@ -369,20 +381,34 @@ final class PostgresAccess: EngineReader, EngineWriter {
                 PostgresStatement("DELETE FROM ledger_sealed_uids WHERE account = ANY($1)", [.bytesArray(batch.vaultErasures.map(\.account.bytes))]))
         }
         if !batch.vaultInserts.isEmpty {
-            let identities = Self.lastOfEachKey(batch.vaultInserts.map { ($0.vaultKey.bytes, $0.account.bytes) })
-            let sealed = Self.lastOfEachKey(batch.vaultInserts.map { ($0.account.bytes, $0.sealedUID) })
-            pending.append(
-                PostgresStatement(
-                    """
-                    INSERT INTO ledger_identities (vault_key, account) SELECT * FROM unnest($1::bytea[], $2::bytea[])
-                    ON CONFLICT (vault_key) DO UPDATE SET account = EXCLUDED.account
-                    """, [.bytesArray(identities.map(\.0)), .bytesArray(identities.map(\.1))]))
-            pending.append(
-                PostgresStatement(
-                    """
-                    INSERT INTO ledger_sealed_uids (account, sealed_uid) SELECT * FROM unnest($1::bytea[], $2::bytea[])
-                    ON CONFLICT (account) DO UPDATE SET sealed_uid = EXCLUDED.sealed_uid
-                    """, [.bytesArray(sealed.map(\.0)), .bytesArray(sealed.map(\.1))]))
+            // A vault key read as absent under the lock gets a pseudonym just issued (its first six
+            // bytes the record's position, the rest random), so neither row can be there yet: plain
+            // inserts; any other mapping (a migration's copy, a later write of the same key) is upserted.
+            var seen = Set<Key128>()
+            let inserts = batch.vaultInserts.reversed().filter { seen.insert($0.vaultKey).inserted }.reversed()
+            var fresh: [(vaultKey: Key128, account: AccountID, sealedUID: [UInt8])] = []
+            var others: [(vaultKey: Key128, account: AccountID, sealedUID: [UInt8])] = []
+            for insert in inserts {
+                if absentVaultKeys.remove(insert.vaultKey) != nil { fresh.append(insert) } else { others.append(insert) }
+            }
+            let upsertIdentity = " ON CONFLICT (vault_key) DO UPDATE SET account = EXCLUDED.account"
+            let upsertSealed = " ON CONFLICT (account) DO UPDATE SET sealed_uid = EXCLUDED.sealed_uid"
+            for (rows, conflict) in [(fresh, ""), (others, upsertIdentity)] where !rows.isEmpty {
+                pending.append(
+                    PostgresStatement(
+                        "INSERT INTO ledger_identities (vault_key, account) SELECT * FROM unnest($1::bytea[], $2::bytea[])" + conflict,
+                        [.bytesArray(rows.map(\.vaultKey.bytes)), .bytesArray(rows.map(\.account.bytes))]))
+            }
+            let sealed = [
+                (fresh.map { ($0.account.bytes, $0.sealedUID) }, ""),
+                (Self.lastOfEachKey(others.map { ($0.account.bytes, $0.sealedUID) }), upsertSealed),
+            ]
+            for (rows, conflict) in sealed where !rows.isEmpty {
+                pending.append(
+                    PostgresStatement(
+                        "INSERT INTO ledger_sealed_uids (account, sealed_uid) SELECT * FROM unnest($1::bytea[], $2::bytea[])" + conflict,
+                        [.bytesArray(rows.map(\.0)), .bytesArray(rows.map(\.1))]))
+            }
         }
         if !batch.meta.isEmpty {
             let meta = Self.lastOfEachKey(batch.meta.map { (Array($0.0.rawValue.utf8), $0.1) })
@@ -455,15 +481,21 @@ final class PostgresAccess: EngineReader, EngineWriter {
         pending.append(PostgresStatement("DELETE FROM ledger_read_models WHERE key = ANY($1)", [.bytesArray(keys)]))
     }
 
+    /// Upserts `entries` (the last value of each key wins); keys the group read as absent under the
+    /// lock are inserted without `ON CONFLICT`.
     func putReadModels(_ entries: [([UInt8], [UInt8])]) throws {
         guard !entries.isEmpty else { return }
-        let unique = Self.lastOfEachKey(entries)
-        pending.append(
-            PostgresStatement(
-                """
-                INSERT INTO ledger_read_models (key, value) SELECT * FROM unnest($1::bytea[], $2::bytea[])
-                ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
-                """, [.bytesArray(unique.map(\.0)), .bytesArray(unique.map(\.1))]))
+        var fresh: [([UInt8], [UInt8])] = []
+        var others: [([UInt8], [UInt8])] = []
+        for entry in Self.lastOfEachKey(entries) {
+            if absentReadModels.remove(entry.0) != nil { fresh.append(entry) } else { others.append(entry) }
+        }
+        for (rows, conflict) in [(fresh, ""), (others, " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value")] where !rows.isEmpty {
+            pending.append(
+                PostgresStatement(
+                    "INSERT INTO ledger_read_models (key, value) SELECT * FROM unnest($1::bytea[], $2::bytea[])" + conflict,
+                    [.bytesArray(rows.map(\.0)), .bytesArray(rows.map(\.1))]))
+        }
     }
 
     /// The pairs with each key once, holding its last value (one multi-row upsert may not touch a row twice).

@@ -3,7 +3,10 @@
 # gen_history workload with 1, 2 and 4 `ledger submit` writer processes on one store, PostgreSQL
 # (a throwaway local cluster, durable: fsync on) beside LMDB; then rebuild and verify rate and
 # bytes per line of each. Prints one table (with the load average at each figure: the machine may be
-# shared); figures only, nothing is asserted.
+# shared) and the CPU seconds spent: the writers' (user + system of the `ledger submit` processes) and,
+# for PostgreSQL, the server's (every postgres process of the cluster: the backends the postmaster
+# reaped, plus the background processes' own time), each also per 1,000 decisions; figures only,
+# nothing is asserted.
 #
 #   LINES=200000   lines of ../shared/tools/gen_history.py (generated once into .build/bench)
 #   WRITERS="1 2 4"
@@ -56,8 +59,22 @@ database=0
 config=(--bundle-id com.example.myrecipes --environment Production --app-apple-id 1234567890)
 now() { date +%s.%N; }
 rate() { python3 -c "print(round($1 / ($3 - $2)))"; }
+ticks=$(getconf CLK_TCK)
+# CPU seconds of the cluster so far: the postmaster's own and its reaped children's (the backends of
+# finished sessions), plus each live child's (checkpointer, WAL writer, autovacuum, ...).
+server_cpu() {
+    local postmaster total=0 pid fields
+    postmaster=$(head -1 "$cluster/data/postmaster.pid")
+    read -ra fields < <(sed 's/^.*) //' "/proc/$postmaster/stat")
+    total=$((fields[11] + fields[12] + fields[13] + fields[14]))
+    for pid in $(pgrep -P "$postmaster"); do
+        read -ra fields < <(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || continue
+        total=$((total + fields[11] + fields[12]))
+    done
+    python3 -c "print($total / $ticks)"
+}
 
-printf '%-10s %-8s %-8s %12s %14s   %s\n' engine writers binary seconds decisions/s load
+printf '%-10s %-8s %-8s %12s %14s %12s %12s %18s   %s\n' engine writers binary seconds decisions/s writer-cpu server-cpu "cpu-ms/1k (w + s)" load
 for engine in $ENGINES; do
     for n in $WRITERS; do
         split_lines "$n"
@@ -74,15 +91,22 @@ for engine in $ENGINES; do
                     store=(--store "$work/lmdb-$n")
                 fi
                 "$binary" init "${config[@]}" "${store[@]}" >/dev/null
+                server_before=$([ "$engine" = postgres ] && server_cpu || echo 0)
                 start=$(now)
                 for i in $(seq 0 $((n - 1))); do
-                    "$binary" submit --trust-decoded "${store[@]}" <"$work/part-$n-$i.jsonl" >"$work/answers-$engine-$n-$i.jsonl" &
+                    /usr/bin/time -f '%U %S' -o "$work/cpu-$i" \
+                        "$binary" submit --trust-decoded "${store[@]}" <"$work/part-$n-$i.jsonl" >"$work/answers-$engine-$n-$i.jsonl" &
                 done
                 wait
                 end=$(now)
+                sleep 0.2  # the postmaster reaps the writers' backends
+                server=$([ "$engine" = postgres ] && python3 -c "print(round($(server_cpu) - $server_before, 2))" || echo -)
+                writers=$(cat "$work"/cpu-* | awk '{ s += $1 + $2 } END { printf "%.2f", s }')
+                rm -f "$work"/cpu-*
                 answered=$(cat "$work"/answers-"$engine"-"$n"-*.jsonl | wc -l)
-                printf '%-10s %-8s %-8s %12.2f %14s   %s\n' "$engine" "$n" "$label" "$(python3 -c "print($end - $start)")" \
-                    "$(rate "$answered" "$start" "$end")" "$(cut -d' ' -f1-3 /proc/loadavg)"
+                per=$(python3 -c "w, s, n = $writers, '$server', $answered; print(f'{1e6 * w / n:.0f} + ' + (f'{1e6 * float(s) / n:.0f}' if s != '-' else '-'))")
+                printf '%-10s %-8s %-8s %12.2f %14s %12s %12s %18s   %s\n' "$engine" "$n" "$label" "$(python3 -c "print($end - $start)")" \
+                    "$(rate "$answered" "$start" "$end")" "$writers" "$server" "$per" "$(cut -d' ' -f1-3 /proc/loadavg)"
                 last_store=("${store[@]}")
             done
         done
