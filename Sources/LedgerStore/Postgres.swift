@@ -44,35 +44,66 @@ enum PostgresValue {
         }
     }
 
-    /// The binary wire form (network byte order; arrays as `array_send` writes them).
-    var encoded: [UInt8] {
+    /// Appends the binary wire form to `out` (network byte order; arrays as `array_send` writes them).
+    func encode(into out: inout [UInt8]) {
         switch self {
-        case .int16(let value): return Self.bigEndian(UInt16(bitPattern: value))
-        case .int64(let value): return Self.bigEndian(UInt64(bitPattern: value))
-        case .bytes(let bytes): return bytes
-        case .text(let text): return Array(text.utf8)
-        case .int16Array(let values): return Self.array(of: 21, values.map { Self.bigEndian(UInt16(bitPattern: $0)) })
-        case .int64Array(let values): return Self.array(of: 20, values.map { Self.bigEndian(UInt64(bitPattern: $0)) })
-        case .bytesArray(let values): return Self.array(of: 17, values)
-        case .textArray(let values): return Self.array(of: 25, values.map { Array($0.utf8) })
+        case .int16(let value): Self.append(UInt16(bitPattern: value), to: &out)
+        case .int64(let value): Self.append(UInt64(bitPattern: value), to: &out)
+        case .bytes(let bytes): out += bytes
+        case .text(let text): out += text.utf8
+        case .int16Array(let values):
+            Self.appendArray(of: 21, count: values.count, to: &out) { index, out in
+                Self.append(Int32(2), to: &out)
+                Self.append(UInt16(bitPattern: values[index]), to: &out)
+            }
+        case .int64Array(let values):
+            Self.appendArray(of: 20, count: values.count, to: &out) { index, out in
+                Self.append(Int32(8), to: &out)
+                Self.append(UInt64(bitPattern: values[index]), to: &out)
+            }
+        case .bytesArray(let values):
+            Self.appendArray(of: 17, count: values.count, to: &out) { index, out in
+                Self.append(Int32(values[index].count), to: &out)
+                out += values[index]
+            }
+        case .textArray(let values):
+            Self.appendArray(of: 25, count: values.count, to: &out) { index, out in
+                Self.append(Int32(values[index].utf8.count), to: &out)
+                out += values[index].utf8
+            }
+        }
+    }
+
+    /// The number of bytes ``encode(into:)`` appends.
+    var encodedCount: Int {
+        switch self {
+        case .int16: 2
+        case .int64: 8
+        case .bytes(let bytes): bytes.count
+        case .text(let text): text.utf8.count
+        case .int16Array(let values): 20 + values.count * 6
+        case .int64Array(let values): 20 + values.count * 12
+        case .bytesArray(let values): values.reduce(20) { $0 + 4 + $1.count }
+        case .textArray(let values): values.reduce(20) { $0 + 4 + $1.utf8.count }
         }
     }
 
     static func bigEndian<T: FixedWidthInteger>(_ value: T) -> [UInt8] { withUnsafeBytes(of: value.bigEndian, Array.init) }
 
+    static func append<T: FixedWidthInteger>(_ value: T, to out: inout [UInt8]) {
+        withUnsafeBytes(of: value.bigEndian) { out.append(contentsOf: $0) }
+    }
+
     /// A one-dimensional array without NULLs: dimensions, flags, element type, length and lower
-    /// bound, then each element's length and bytes.
-    static func array(of element: Oid, _ elements: [[UInt8]]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(20 + elements.reduce(0) { $0 + 4 + $1.count })
-        out += bigEndian(Int32(elements.isEmpty ? 0 : 1)) + bigEndian(Int32(0)) + bigEndian(UInt32(element))
-        guard !elements.isEmpty else { return out }
-        out += bigEndian(Int32(elements.count)) + bigEndian(Int32(1))
-        for element in elements {
-            out += bigEndian(Int32(element.count))
-            out += element
-        }
-        return out
+    /// bound, then each element's length and bytes (`appendElement(index, &out)` appends both).
+    static func appendArray(of element: Oid, count: Int, to out: inout [UInt8], _ appendElement: (Int, inout [UInt8]) -> Void) {
+        append(Int32(count == 0 ? 0 : 1), to: &out)
+        append(Int32(0), to: &out)
+        append(UInt32(element), to: &out)
+        guard count > 0 else { return }
+        append(Int32(count), to: &out)
+        append(Int32(1), to: &out)
+        for index in 0..<count { appendElement(index, &out) }
     }
 }
 
@@ -240,17 +271,18 @@ final class PostgresConnection {
         _ body: (UnsafePointer<Oid>?, UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?, UnsafePointer<Int32>?) -> R
     ) -> R {
         let types = parameters.map(\.oid)
-        let encoded = parameters.map(\.encoded)
-        let lengths = encoded.map { Int32($0.count) }
         let formats = [Int32](repeating: 1, count: parameters.count)
-        // One buffer holds every parameter's bytes (and one spare byte, so an empty value still has a
-        // pointer: a null pointer would send SQL NULL); the pointers into it live for the call.
+        // One buffer holds every parameter's bytes, each encoded in place (and one spare byte, so an
+        // empty value still has a pointer: a null pointer would send SQL NULL); the pointers into it
+        // live for the call.
         var buffer = [UInt8]()
-        buffer.reserveCapacity(encoded.reduce(1) { $0 + $1.count })
+        buffer.reserveCapacity(parameters.reduce(1) { $0 + $1.encodedCount })
         var offsets: [Int] = []
-        for value in encoded {
+        var lengths: [Int32] = []
+        for parameter in parameters {
             offsets.append(buffer.count)
-            buffer += value
+            parameter.encode(into: &buffer)
+            lengths.append(Int32(buffer.count - offsets[offsets.count - 1]))
         }
         buffer.append(0)
         return buffer.withUnsafeBytes { storage in
