@@ -89,27 +89,72 @@ final class X509Certificate {
     }
 
     /// The public key (owned by the returned object); nil with OpenSSL's reason when it cannot be decoded.
-    func publicKey() -> Result<PublicKey, CryptoError> {
+    /// `precomputeAfter`: ``PublicKey/precomputeAfter``.
+    func publicKey(precomputeAfter: Int = PublicKey.signaturesBeforePrecomputing) -> Result<PublicKey, CryptoError> {
         guard let key = X509_get_pubkey(pointer) else { return .failure(CryptoError("X509_get_pubkey")) }
-        return .success(PublicKey(key))
+        return .success(PublicKey(key, precomputeAfter: precomputeAfter))
     }
 }
 
-/// Owns one OpenSSL `EVP_PKEY*` (and, for an EC key, its `EC_KEY*`), freed in `deinit`.
-final class PublicKey {
+/// Owns one OpenSSL `EVP_PKEY*` (and, for an EC key, its `EC_KEY*` and, once in steady use, its
+/// precomputed multiples), freed in `deinit`. Safe to use from any number of threads: libcrypto only
+/// reads the key, and what changes is under a lock.
+final class PublicKey: @unchecked Sendable {
     let pointer: OpaquePointer
     /// The EC key inside, taken once so that each ES256 signature costs `ECDSA_do_verify` alone; nil
     /// for a key of another type.
     private let ecKey: OpaquePointer?
 
-    init(_ pointer: OpaquePointer) {
+    /// ES256 signatures that verified with this key before its multiples were precomputed.
+    private var verified = 0
+    /// The key's multiples (`ledger_ec_key_precompute`), made once ``precomputeAfter`` signatures
+    /// have verified with it: then each ES256 verification costs about a third as much.
+    private var table: Table = .none
+    private let tableLock = NSLock()
+    private enum Table {
+        case none, computing, failed
+        case ready(OpaquePointer)
+    }
+    /// Signatures that must verify with this key before its multiples are precomputed (tens of
+    /// milliseconds, ~150 KB): only a key in steady use pays for it, such as the leaf of a cached
+    /// Apple chain, never one seen once.
+    let precomputeAfter: Int
+    static let signaturesBeforePrecomputing = 16
+
+    /// Whether ES256 signatures are now verified with the key's precomputed multiples.
+    var hasPrecomputedMultiples: Bool { precomputed() != nil }
+
+    init(_ pointer: OpaquePointer, precomputeAfter: Int = signaturesBeforePrecomputing) {
         self.pointer = pointer
+        self.precomputeAfter = precomputeAfter
         ecKey = EVP_PKEY_get_base_id(pointer) == EVP_PKEY_EC ? ledger_pkey_get1_ec_key(pointer) : nil
     }
 
     deinit {
+        if case .ready(let group) = table { ledger_ec_group_free(group) }
         if let ecKey { ledger_ec_key_free(ecKey) }
         EVP_PKEY_free(pointer)
+    }
+
+    /// The key's precomputed multiples when made; nil before (or when libcrypto could not make them).
+    private func precomputed() -> OpaquePointer? {
+        tableLock.withLock { if case .ready(let group) = table { group } else { nil } }
+    }
+
+    /// Counts a signature that verified without the table; the one that reaches ``precomputeAfter``
+    /// makes the table (on this thread, once; the others verify without it meanwhile).
+    private func countVerified(_ ecKey: OpaquePointer) {
+        let compute = tableLock.withLock {
+            guard case .none = table else { return false }
+            verified += 1
+            guard verified >= precomputeAfter else { return false }
+            table = .computing
+            return true
+        }
+        guard compute else { return }
+        let group = ledger_ec_key_precompute(ecKey)
+        if group == nil { ERR_clear_error() }
+        tableLock.withLock { table = group.map { .ready($0) } ?? .failed }
     }
 
     /// True for an EC key on the named curve P-256 (prime256v1); false for any other key, including an EC key
@@ -138,6 +183,18 @@ final class PublicKey {
         } catch {
             throw VerificationError(.cryptoFailure, "\(error)")
         }
+        if let table = precomputed() {
+            let verdict = digest.withBytes { digest in
+                signature.withUnsafeBufferPointer {
+                    ledger_ecdsa_verify_precomputed(digest.baseAddress?.assumingMemoryBound(to: UInt8.self), $0.baseAddress, ecKey, table)
+                }
+            }
+            switch verdict {
+            case 1: return true
+            case 0: return false
+            default: throw .cryptoFailure("ECDSA verification with precomputed multiples (ES256)")
+            }
+        }
         guard let ecdsa = ECDSA_SIG_new() else { throw .cryptoFailure("ECDSA_SIG_new") }
         defer { ECDSA_SIG_free(ecdsa) }
         let (r, s) = signature.withUnsafeBufferPointer { raw in
@@ -150,7 +207,9 @@ final class PublicKey {
         }
         let verdict = digest.withBytes { ledger_ecdsa_do_verify($0.baseAddress?.assumingMemoryBound(to: UInt8.self), 32, ecdsa, ecKey) }
         switch verdict {
-        case 1: return true
+        case 1:
+            countVerified(ecKey)
+            return true
         case 0:
             ERR_clear_error()  // a signature that does not verify queues its reason
             return false
