@@ -26,6 +26,15 @@ public struct HTTPRequest: Sendable {
         self.body = body
     }
 
+    /// A request whose header names are already lower-cased and joined (as the server collects them).
+    init(method: String, path: String, query: [String: String], loweredHeaders: [String: String]) {
+        self.method = method
+        self.path = path
+        self.query = query
+        headers = loweredHeaders
+        body = []
+    }
+
     /// The header `name` (case-insensitive).
     public func header(_ name: String) -> String? { headers[name.lowercased()] }
 }

@@ -367,7 +367,7 @@ final class Exchange: @unchecked Sendable {
         self.core = core
         request = HTTPRequest(
             method: method, path: path, query: Self.values(connection, .GET_ARGUMENT_KIND),
-            headers: Self.values(connection, .HEADER_KIND))
+            loweredHeaders: Self.values(connection, .HEADER_KIND))
         bodyLimit = core.configuration.bodyLimit?(request) ?? core.configuration.maximumBodyBytes
     }
 

@@ -11,19 +11,25 @@ public enum RequestBodies {
     /// The token of an `Authorization: Bearer <token>` header (scheme in any case, spaces around
     /// and between them); nil for any other form.
     public static func bearerToken(_ authorization: String?) -> String? {
-        guard var bytes = authorization?.utf8[...] else { return nil }
-        let space = UInt8(ascii: " ")
-        while bytes.first == space { bytes = bytes.dropFirst() }
-        while bytes.last == space { bytes = bytes.dropLast() }
-        let scheme = Array("bearer".utf8)
-        // ASCII letters only: setting bit 0x20 lowers them (and maps no other byte onto one).
-        guard bytes.count > scheme.count + 1, zip(bytes, scheme).allSatisfy({ ($0 | 0x20) == $1 }),
-            bytes.dropFirst(scheme.count).first == space
-        else { return nil }
-        var token = bytes.dropFirst(scheme.count)
-        while token.first == space { token = token.dropFirst() }
-        guard !token.contains(space) else { return nil }
-        return String(Substring(token))
+        guard var header = authorization else { return nil }
+        // On the header's UTF-8 bytes in place (this runs on every app request).
+        return header.withUTF8 { bytes -> String? in
+            let space = UInt8(ascii: " ")
+            var start = bytes.startIndex
+            var end = bytes.endIndex
+            while start < end && bytes[start] == space { start += 1 }
+            while end > start && bytes[end - 1] == space { end -= 1 }
+            let scheme = "bearer".utf8
+            // ASCII letters only: setting bit 0x20 lowers them (and maps no other byte onto one).
+            guard end - start > scheme.count + 1, zip(bytes[start...], scheme).allSatisfy({ ($0 | 0x20) == $1 }),
+                bytes[start + scheme.count] == space
+            else { return nil }
+            var token = start + scheme.count
+            while bytes[token] == space { token += 1 }  // stops before `end`: the last byte is not a space
+            let value = UnsafeBufferPointer(rebasing: bytes[token..<end])
+            guard !value.contains(space) else { return nil }
+            return String(decoding: value, as: UTF8.self)
+        }
     }
 
     /// Apple's `responseBodyV2` (`{"signedPayload": "<JWS>"}`, nothing else, read strictly) as a

@@ -17,20 +17,26 @@ final class Routes: Sendable {
         case ready = "GET /readyz"
         case metrics = "GET /metrics"
 
-        var method: String { Self.parts[self]?.method ?? "" }
-        var path: String { Self.parts[self]?.path ?? "" }
+        var method: String { Self.parts[index].method }
+        var path: String { Self.parts[index].path }
 
-        /// Each route's method and path, split once.
-        private static let parts: [Route: (method: String, path: String)] = Dictionary(
-            uniqueKeysWithValues: allCases.map { route in
-                (route, (String(route.rawValue.prefix { $0 != " " }), String(route.rawValue.drop { $0 != " " }.dropFirst())))
-            })
+        private var index: Int { Self.allCases.firstIndex(of: self) ?? 0 }
+
+        /// Each route's method and path, split once, in `allCases` order (read per request: no hashing).
+        private static let parts: [(method: String, path: String)] = allCases.map { route in
+            (String(route.rawValue.prefix { $0 != " " }), String(route.rawValue.drop { $0 != " " }.dropFirst()))
+        }
+
+        /// The routes with this path (several methods may share one).
+        static func matching(path: String) -> [Route] {
+            zip(allCases, parts).compactMap { route, parts in parts.path == path ? route : nil }
+        }
     }
 
     /// The route a request is logged under: its template when known (never the raw path of an
     /// unknown one, which the client chose).
     static func label(method: String, path: String) -> String {
-        Route.allCases.first { $0.path == path && $0.method == method }?.rawValue ?? "other"
+        Route.matching(path: path).first { $0.method == method }?.rawValue ?? "other"
     }
 
     let ledger: Ledger
@@ -78,10 +84,10 @@ final class Routes: Sendable {
     func startDraining() { state.drain() }
 
     func handle(_ request: HTTPRequest, _ responder: HTTPResponder) {
-        guard let route = Route.allCases.first(where: { $0.path == request.path }) else {
+        let methods = Route.matching(path: request.path)
+        guard let route = methods.first else {
             return responder.respond(.error(404, code: "not-found", message: "no route \(request.method) for this path"))
         }
-        let methods = Route.allCases.filter { $0.path == request.path }
         guard let matched = methods.first(where: { $0.method == request.method }) else {
             return responder.respond(
                 .error(

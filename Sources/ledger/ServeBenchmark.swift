@@ -367,7 +367,9 @@ enum ServeBenchmark {
                         continue
                     }
                     guard events & Int16(POLLIN | POLLHUP | POLLERR) != 0 else { continue }
-                    let alive = connections[slot].receiveAvailable()
+                    // One read per readiness: an answer not yet complete makes the connection
+                    // ready again when more of it arrives (no `recv` that only says "nothing more").
+                    let alive = connections[slot].receiveOnce()
                     if let status = connections[slot].takeResponse()?.status {
                         let seconds = Double(DispatchTime.now().uptimeNanoseconds - flight.started.uptimeNanoseconds) / 1e9
                         lock.withLock {
@@ -441,17 +443,9 @@ enum ServeBenchmark {
             return (status, body)
         }
 
-        /// Reads everything that has arrived on a non-blocking socket; false when the connection is
-        /// closed or failed.
-        func receiveAvailable() -> Bool {
-            while true {
-                do {
-                    guard try fill() else { return true }
-                } catch {
-                    return false
-                }
-            }
-        }
+        /// Reads what has arrived on a non-blocking socket, with one `recv`; false when the
+        /// connection is closed or failed.
+        func receiveOnce() -> Bool { (try? fill()) != nil }
 
         /// The index just past the first CRLF CRLF in `bytes[from..<to]`.
         private static func headerEnd(_ bytes: [UInt8], from: Int, to: Int) -> Int? {
