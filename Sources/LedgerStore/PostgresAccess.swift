@@ -19,7 +19,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
     /// Read-model keys and vault keys this write group read under the head lock and found absent,
     /// and has not written since: no other writer can insert them before the group commits (every
     /// write group holds the head lock), so the group inserts them without `ON CONFLICT` — a plain
-    /// insertion costs the server about half a speculative one (docs/benchmarks.md, "session 21").
+    /// insertion costs the server about half a speculative one (docs/benchmarks.md, "Session 21: CPU per decision").
     private var absentReadModels = Set<[UInt8]>()
     private var absentVaultKeys = Set<Key128>()
 
