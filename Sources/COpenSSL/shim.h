@@ -52,7 +52,9 @@ static inline int ledger_rsa_verify_sha256(const unsigned char *digest, const un
 static inline EC_GROUP *ledger_ec_key_precompute(const EC_KEY *key) {
     const EC_GROUP *curve = EC_KEY_get0_group(key);
     const EC_POINT *q = EC_KEY_get0_public_key(key);
-    if (curve == NULL || q == NULL) return NULL;
+    /* P-256 only (ledger_ecdsa_verify_precomputed takes 32-byte digests and R, S): any other key
+       keeps ECDSA_do_verify. */
+    if (curve == NULL || q == NULL || EC_GROUP_get_curve_name(curve) != NID_X9_62_prime256v1) return NULL;
     EC_GROUP *group = EC_GROUP_dup(curve);
     if (group == NULL) return NULL;
     if (EC_GROUP_set_generator(group, q, EC_GROUP_get0_order(curve), EC_GROUP_get0_cofactor(curve)) != 1
