@@ -42,10 +42,10 @@ public enum AppleIdentifier: String, Sendable, CaseIterable {
     }
 
     /// Why `value`, given as `field`, is refused: nil when it follows the rule. Long values are cut
-    /// in the message.
-    public func problem(_ value: String, field: String) -> String? {
+    /// in the message. `field` is built only for a refusal (the accepted case is every line's).
+    public func problem(_ value: String, field: @autoclosure () -> String) -> String? {
         guard !accepts(value) else { return nil }
         let shown = value.count <= 40 ? value : value.prefix(40) + "… (\(value.utf8.count) bytes)"
-        return "\(field) \"\(shown)\" is refused: \(rule)"
+        return "\(field()) \"\(shown)\" is refused: \(rule)"
     }
 }

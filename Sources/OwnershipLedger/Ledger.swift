@@ -124,14 +124,16 @@ public final class Ledger: @unchecked Sendable {
             var uids: [String] = []
             var lineages: [LineageKey] = []
             var deletedUIDs: [String] = []
-            for prepared in groups.lazy.flatMap(\.submissions) {
-                commands.append(prepared.commandRef)
-                if let uid = prepared.uid {
-                    uids.append(uid)
-                    if let vaultKey = prepared.vaultKey { group.remember(vaultKey: vaultKey, of: uid) }
+            for submissions in groups.lazy.map(\.submissions) {
+                for index in submissions.indices {
+                    commands.append(submissions[index].commandRef)
+                    if let uid = submissions[index].uid {
+                        uids.append(uid)
+                        if let vaultKey = submissions[index].vaultKey { group.remember(vaultKey: vaultKey, of: uid) }
+                    }
+                    if let lineage = submissions[index].lineage { lineages.append(lineage) }
+                    if case .deleteAccount(let uid) = submissions[index].submission { deletedUIDs.append(uid) }
                 }
-                if let lineage = prepared.lineage { lineages.append(lineage) }
-                if case .deleteAccount(let uid) = prepared.submission { deletedUIDs.append(uid) }
             }
             try group.prefetch(commands: commands, uids: uids)
             // A deletion decides on every lineage of its account: load them for all the group's deletions at once.
@@ -281,7 +283,14 @@ public final class Ledger: @unchecked Sendable {
     /// An unambiguous description of a submission: each part length-prefixed, so no UID or id can
     /// make two submissions (or two attempts) share event ids.
     static func descriptor(_ parts: String...) -> String {
-        parts.map { "\($0.utf8.count):\($0)" }.joined()
+        var descriptor = ""
+        descriptor.reserveCapacity(parts.reduce(0) { $0 + $1.utf8.count + 4 })
+        for part in parts {
+            descriptor += String(part.utf8.count)
+            descriptor += ":"
+            descriptor += part
+        }
+        return descriptor
     }
 
     private func lineage(of payload: TransactionPayload) throws -> LineageKey {
@@ -298,24 +307,25 @@ public final class Ledger: @unchecked Sendable {
     /// types other than `PURCHASED` and `FAMILY_SHARED`, and transactions that are not
     /// auto-renewable subscriptions (a `type` other than that, or no `expiresDate`).
     public static func validate(_ submission: Submission, at: Timestamp) throws {
-        func check(_ time: Timestamp?, _ field: String) throws {
+        // Field names are built only for a refusal: every line passes these checks.
+        func check(_ time: Timestamp?, _ field: @autoclosure () -> String) throws {
             guard let time, !LedgerTime.supportedRange.contains(time) else { return }
-            throw SubmissionError("\(field) \(time) is outside the supported range (1970 through 9999, in milliseconds)")
+            throw SubmissionError("\(field()) \(time) is outside the supported range (1970 through 9999, in milliseconds)")
         }
         func check(_ transaction: TransactionPayload, _ context: String) throws {
-            for (kind, value) in [
-                (AppleIdentifier.originalTransactionId, transaction.originalTransactionId), (.transactionId, transaction.transactionId),
-                (.productId, transaction.productId),
-            ] {
+            func checkIdentifier(_ kind: AppleIdentifier, _ value: String) throws {
                 if let problem = kind.problem(value, field: "\(context).\(kind.rawValue)") { throw SubmissionError(problem) }
             }
+            try checkIdentifier(.originalTransactionId, transaction.originalTransactionId)
+            try checkIdentifier(.transactionId, transaction.transactionId)
+            try checkIdentifier(.productId, transaction.productId)
             if let type = transaction.type, type != "Auto-Renewable Subscription" {
                 throw SubmissionError("\(context).type \"\(type)\" is not an auto-renewable subscription; the ledger binds only subscriptions")
             }
             guard transaction.expiresDate != nil else {
                 throw SubmissionError("\(context) is missing expiresDate, which every subscription transaction carries")
             }
-            guard ["PURCHASED", "FAMILY_SHARED"].contains(transaction.inAppOwnershipType) else {
+            guard transaction.inAppOwnershipType == "PURCHASED" || transaction.inAppOwnershipType == "FAMILY_SHARED" else {
                 throw SubmissionError(
                     "\(context).inAppOwnershipType \"\(transaction.inAppOwnershipType)\" is neither PURCHASED nor FAMILY_SHARED")
             }

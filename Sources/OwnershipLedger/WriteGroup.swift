@@ -50,6 +50,12 @@ struct WriteGroup {
     mutating func load(
         lineages: [LineageKey] = [], accounts: [AccountID] = [], deleted: [AccountID] = [], staff: Bool = false, cases: [String] = []
     ) throws {
+        // Most lines name only what the group loaded already: nothing to read, nothing to allocate.
+        if lineages.allSatisfy(loadedLineages.contains), accounts.allSatisfy(loadedAccounts.contains),
+            deleted.allSatisfy(loadedDeleted.contains), !staff || loadedStaff, cases.allSatisfy(loadedCases.contains)
+        {
+            return
+        }
         var wanted = lineages.filter { !loadedLineages.contains($0) }
         let newAccounts = accounts.filter { !loadedAccounts.contains($0) }
         var everBound: [AccountID: [LineageKey]] = [:]

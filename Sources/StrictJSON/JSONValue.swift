@@ -109,6 +109,8 @@ public struct JSONMembers: Sendable, Equatable, ExpressibleByDictionaryLiteral {
 public enum JSONBytes {
     /// True when `a` and `b` are the same UTF-8 bytes.
     public static func equal(_ a: String, _ b: String) -> Bool {
+        // Most keys compared differ in length: tell them apart without touching their bytes.
+        guard a.utf8.count == b.utf8.count else { return false }
         let fast = a.utf8.withContiguousStorageIfAvailable { left in
             b.utf8.withContiguousStorageIfAvailable { right in left.elementsEqual(right) }
         }
