@@ -27,9 +27,17 @@ public enum AppleIdentifier: String, Sendable, CaseIterable {
         let bytes = value.utf8
         switch self {
         case .originalTransactionId, .transactionId:
-            guard (1...20).contains(bytes.count), bytes.allSatisfy({ (0x30...0x39).contains($0) }) else { return false }
-            guard bytes.count == 1 || bytes.first != 0x30 else { return false }
-            return UInt64(value) != nil
+            guard (1...20).contains(bytes.count), bytes.count == 1 || bytes.first != 0x30 else { return false }
+            // Digits only, and at most UInt64.max: one pass.
+            var number: UInt64 = 0
+            for byte in bytes {
+                guard (0x30...0x39).contains(byte) else { return false }
+                let (tens, overflow) = number.multipliedReportingOverflow(by: 10)
+                let (sum, carry) = tens.addingReportingOverflow(UInt64(byte - 0x30))
+                guard !overflow, !carry else { return false }
+                number = sum
+            }
+            return true
         case .productId:
             return (1...100).contains(bytes.count)
                 && bytes.allSatisfy { byte in

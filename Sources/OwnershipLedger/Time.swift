@@ -73,6 +73,29 @@ public enum LedgerTime {
             return digits.count >= width ? digits : String(repeating: "0", count: width - digits.count) + digits
         }
         let seconds = ms / 1000
+        if (0...9999).contains(year) {
+            // The common case, written digit by digit (this runs for every answer `submit` renders).
+            return String(unsafeUninitializedCapacity: 24) { buffer in
+                var index = 0
+                func put(_ value: Int64, _ width: Int, _ separator: Unicode.Scalar) {
+                    var rest = value
+                    for digit in (index..<index + width).reversed() {
+                        buffer[digit] = 0x30 + UInt8(rest % 10)
+                        rest /= 10
+                    }
+                    buffer[index + width] = UInt8(ascii: separator)
+                    index += width + 1
+                }
+                put(year, 4, "-")
+                put(month, 2, "-")
+                put(day, 2, "T")
+                put(seconds / 3600, 2, ":")
+                put(seconds / 60 % 60, 2, ":")
+                put(seconds % 60, 2, ".")
+                put(ms % 1000, 3, "Z")
+                return index
+            }
+        }
         return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(seconds / 3600, 2)):\(pad(seconds / 60 % 60, 2)):"
             + "\(pad(seconds % 60, 2)).\(pad(ms % 1000, 3))Z"
     }

@@ -110,7 +110,9 @@ public enum JSONBytes {
     /// True when `a` and `b` are the same UTF-8 bytes.
     public static func equal(_ a: String, _ b: String) -> Bool {
         // Most keys compared differ in length: tell them apart without touching their bytes.
-        guard a.utf8.count == b.utf8.count else { return false }
+        // Same bytes are always equal `String`s, so `String` inequality (fast for short ASCII
+        // strings) rules most of the rest out; equal ones may still differ in bytes (K and KELVIN SIGN).
+        guard a.utf8.count == b.utf8.count, a == b else { return false }
         let fast = a.utf8.withContiguousStorageIfAvailable { left in
             b.utf8.withContiguousStorageIfAvailable { right in left.elementsEqual(right) }
         }
