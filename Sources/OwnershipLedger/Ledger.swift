@@ -142,7 +142,8 @@ public final class Ledger: @unchecked Sendable {
                 if let account = try group.pseudonym(ofUID: uid) { deleting.append(account) }
             }
             try group.load(lineages: lineages, accounts: deleting)
-            let decisions = try groups.map { prepared in try prepared.submissions.map { try decide($0, in: &group) } }
+            // By index: decided in place, each prepared submission is never copied.
+            let decisions = try groups.indices.map { g in try groups[g].submissions.indices.map { try decide(groups[g].submissions[$0], in: &group) } }
             try writer.apply(group.batch())
             return decisions
         }
