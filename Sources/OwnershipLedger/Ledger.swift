@@ -143,7 +143,9 @@ public final class Ledger: @unchecked Sendable {
             }
             try group.load(lineages: lineages, accounts: deleting)
             // By index: decided in place, each prepared submission is never copied.
-            let decisions = try groups.indices.map { g in try groups[g].submissions.indices.map { try decide(groups[g].submissions[$0], in: &group) } }
+            let decisions = try groups.indices.map { g in
+                try groups[g].submissions.indices.map { try decide(groups[g].submissions[$0], in: &group) }
+            }
             try writer.apply(group.batch())
             return decisions
         }
