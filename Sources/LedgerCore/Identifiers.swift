@@ -98,13 +98,6 @@ public struct Key128: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// Lowercase hexadecimal (32 digits).
     public var hex: String { bytes.hex }
     public var description: String { hex }
-
-    /// The hash `Set` and `Dictionary` place a key by, without running `Hasher` (SipHash): the
-    /// bits are uniform already (an HMAC-SHA256 under the ledger's secret key, or a pseudonym whose
-    /// last 10 bytes are random), so no input can be chosen to collide, and folding the two words
-    /// keeps all of them. A write group hashes several keys per line: SipHash's setup and
-    /// finalisation were ~3.5% of `ledger submit`'s CPU (docs/benchmarks.md, session 21).
-    public func _rawHashValue(seed: Int) -> Int { Int(truncatingIfNeeded: high ^ low) ^ seed }
 }
 
 /// The platform- and environment-scoped keyed hash of an original transaction identity: the first
@@ -114,8 +107,6 @@ public struct Key128: Hashable, Comparable, Sendable, CustomStringConvertible {
 public struct LineageKey: Hashable, Comparable, Sendable, CustomStringConvertible {
     public let key: Key128
     public init(_ key: Key128) { self.key = key }
-    /// As ``Key128/_rawHashValue(seed:)``.
-    public func _rawHashValue(seed: Int) -> Int { key._rawHashValue(seed: seed) }
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.key < rhs.key }
     public var bytes: [UInt8] { key.bytes }
     public var description: String { key.hex }
@@ -127,8 +118,6 @@ public struct LineageKey: Hashable, Comparable, Sendable, CustomStringConvertibl
 public struct AccountID: Hashable, Comparable, Sendable, CustomStringConvertible {
     public let key: Key128
     public init(_ key: Key128) { self.key = key }
-    /// As ``Key128/_rawHashValue(seed:)``.
-    public func _rawHashValue(seed: Int) -> Int { key._rawHashValue(seed: seed) }
     /// Wraps `bytes`; nil unless there are exactly 16.
     public init?(_ bytes: [UInt8]) {
         guard let key = Key128(bytes) else { return nil }
