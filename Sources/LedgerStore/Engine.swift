@@ -212,6 +212,9 @@ public protocol EngineReader {
     /// Visits every persisted read-model entry (`ReadModel` keys and values) in key order from
     /// `start` until `body` returns false.
     func forEachReadModel(from start: [UInt8], _ body: ([UInt8], [UInt8]) throws -> Bool) throws
+    /// ``forEachReadModel(from:_:)`` with each key and value lent for the call only (a scan that
+    /// hashes them copies nothing per entry).
+    func forEachReadModelBytes(from start: [UInt8], _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool) throws
     /// Whether the index holds `entry`.
     func contains(_ entry: IndexEntry) throws -> Bool
     /// `entry` as this engine stores it (LMDB keeps the first 8 bytes of a command key; the rest
@@ -232,4 +235,12 @@ public protocol EngineWriter {
     func removeReadModels(_ keys: [[UInt8]]) throws
     /// Stores read-model entries as given (repairs).
     func putReadModels(_ entries: [([UInt8], [UInt8])]) throws
+}
+
+extension EngineReader {
+    public func forEachReadModelBytes(from start: [UInt8], _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool) throws {
+        try forEachReadModel(from: start) { key, value in
+            try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try body(k, v) } }
+        }
+    }
 }

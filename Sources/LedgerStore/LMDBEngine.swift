@@ -544,17 +544,28 @@ struct LMDBAccess: EngineReader, EngineWriter {
         return try recordDictionary().storedForm(of: value, header: 1) ?? value
     }
 
-    /// The read model stored as `stored` under `key` (the inverse of ``storedReadModel(key:value:)``):
-    /// every read of `read-models` goes through here.
+    /// The read model stored as `stored` under `key` (the inverse of ``storedReadModel(key:value:)``).
     func canonicalReadModel(key: UnsafeRawBufferPointer, stored: UnsafeRawBufferPointer) throws -> [UInt8] {
-        guard key.first == ReadModel.lineagePrefix, let flags = stored.first, flags & 0x80 != 0 else { return Array(stored) }
-        var out: [UInt8] = []
+        var scratch: [UInt8] = []
+        var dictionary: StoredRecordDictionary?
+        return try withCanonicalReadModel(key: key, stored: stored, scratch: &scratch, dictionary: &dictionary) { Array($0) }
+    }
+
+    /// Calls `body` with the read model stored as `stored` under `key`: the stored bytes themselves,
+    /// or their expansion into `scratch` (with `dictionary`, loaded into it on first use). Every read
+    /// of `read-models` goes through here.
+    func withCanonicalReadModel<R>(
+        key: UnsafeRawBufferPointer, stored: UnsafeRawBufferPointer, scratch: inout [UInt8], dictionary: inout StoredRecordDictionary?,
+        _ body: (UnsafeRawBufferPointer) throws -> R
+    ) throws -> R {
+        guard key.first == ReadModel.lineagePrefix, let flags = stored.first, flags & 0x80 != 0 else { return try body(stored) }
+        if dictionary == nil { dictionary = try recordDictionary() }
         do {
-            try recordDictionary().expand(stored, header: 1, into: &out)
+            try dictionary?.expand(stored, header: 1, into: &scratch)
         } catch {
             throw corrupt("the read model of lineage \(Array(key.dropFirst()).hex) cannot be read: its stored form is damaged (\(error))")
         }
-        return out
+        return try scratch.withUnsafeBytes(body)
     }
 
     func lineageStates(_ lineages: [LineageKey]) throws -> [LineageKey: LineageState] {
@@ -613,11 +624,18 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     func forEachReadModel(from start: [UInt8], _ body: ([UInt8], [UInt8]) throws -> Bool) throws {
+        try forEachReadModelBytes(from: start) { key, value in try body(Array(key), Array(value)) }
+    }
+
+    func forEachReadModelBytes(from start: [UInt8], _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool) throws {
         let cursor = try txn.cursor(db.readModels)
         defer { cursor.close() }
+        var scratch: [UInt8] = []
+        var dictionary: StoredRecordDictionary?
         var entry = try start.isEmpty ? cursor.get(MDB_FIRST) : start.withUnsafeBytes { try cursor.get(MDB_SET_RANGE, key: $0) }
-        while let (key, value) = entry {
-            guard try body(Array(key), try canonicalReadModel(key: key, stored: value)) else { return }
+        while let (key, stored) = entry {
+            guard try withCanonicalReadModel(key: key, stored: stored, scratch: &scratch, dictionary: &dictionary, { try body(key, $0) })
+            else { return }
             entry = try cursor.get(MDB_NEXT)
         }
     }

@@ -98,19 +98,31 @@ struct MultisetHash: Equatable {
             h.add(hash.suffix128.high, hash.suffix128.low)
         case .malformed(let index, let key, let value):
             h.add(5 | UInt64(index.position) << 8, UInt64(key.count), UInt64(value.count), 0)
-            h.add(bytes: key)
-            h.add(bytes: value)
+            key.withUnsafeBytes { h.add(bytes: $0) }
+            value.withUnsafeBytes { h.add(bytes: $0) }
         }
         sum(&h)
     }
 
     /// Adds a read-model entry.
     mutating func add(key: [UInt8], value: [UInt8]) {
+        key.withUnsafeBytes { k in value.withUnsafeBytes { v in add(key: k, value: v) } }
+    }
+
+    /// Adds a read-model entry lent as bytes.
+    mutating func add(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
         var h = SipHash13x128(key: Self.key)
         h.add(6, UInt64(key.count), UInt64(value.count), 0)
         h.add(bytes: key)
         h.add(bytes: value)
         sum(&h)
+    }
+
+    /// Adds the entries `other` summed (the multiset union).
+    mutating func add(_ other: MultisetHash) {
+        first &+= other.first
+        second &+= other.second
+        count += other.count
     }
 
     private mutating func sum(_ h: inout SipHash13x128) {
@@ -169,18 +181,16 @@ struct SipHash13x128 {
     }
 
     /// The bytes, eight to a word (the last one zero-padded); their count must be in the message already.
-    mutating func add(bytes: [UInt8]) {
-        bytes.withUnsafeBytes { raw in
-            var offset = 0
-            while offset + 8 <= raw.count {
-                add(UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self)))
-                offset += 8
-            }
-            guard offset < raw.count else { return }
-            var word: UInt64 = 0
-            for index in offset..<raw.count { word |= UInt64(raw[index]) << (UInt64(index - offset) * 8) }
-            add(word)
+    mutating func add(bytes raw: UnsafeRawBufferPointer) {
+        var offset = 0
+        while offset + 8 <= raw.count {
+            add(UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self)))
+            offset += 8
         }
+        guard offset < raw.count else { return }
+        var word: UInt64 = 0
+        for index in offset..<raw.count { word |= UInt64(raw[index]) << (UInt64(index - offset) * 8) }
+        add(word)
     }
 
     mutating func finish() -> (UInt64, UInt64) {
@@ -221,8 +231,11 @@ extension LedgerStore {
         try replay(repair: repair, progress: progress, lineagesPerPass: Analysis.lineagesPerPass)
     }
 
-    /// ``replay(repair:progress:)`` with at most `lineagesPerPass` lineages per pass (tests make it small).
-    func replay(repair: Bool, progress: ((UInt64, UInt64) -> Void)?, lineagesPerPass: Int) throws -> ReplayReport {
+    /// ``replay(repair:progress:)`` with at most `lineagesPerPass` lineages per pass (tests make it small)
+    /// and the reading thread hashing the implied index entries as `readerHashing` says.
+    func replay(
+        repair: Bool, progress: ((UInt64, UInt64) -> Void)?, lineagesPerPass: Int, readerHashing: Analysis.ReaderHashing = .whenBehind
+    ) throws -> ReplayReport {
         for _ in 0..<3 {
             var passes = Analysis.Passes()
             if !repair {
@@ -230,7 +243,8 @@ extension LedgerStore {
                     let count = try Analysis.passes(reader, lineagesPerPass: lineagesPerPass)
                     var first: Analysis.First?
                     for pass in 0..<count {
-                        let analysis = try Analysis.run(reader, pass: pass, of: count, after: first, progress: progress)
+                        let analysis = try Analysis.run(
+                            reader, pass: pass, of: count, after: first, readerHashing: readerHashing, progress: progress)
                         if pass == 0 { first = analysis.first }
                         passes.add(analysis)
                     }
@@ -244,7 +258,7 @@ extension LedgerStore {
                 guard
                     let analysis = try read({ reader -> Analysis? in
                         if let first, try reader.head() != first.head { return nil }
-                        return try Analysis.run(reader, pass: pass, of: count, after: first, progress: progress)
+                        return try Analysis.run(reader, pass: pass, of: count, after: first, readerHashing: readerHashing, progress: progress)
                     })
                 else {
                     grew = true
@@ -301,7 +315,7 @@ struct Analysis {
         let start: [UInt8]
         let end: [UInt8]?
         init(_ keys: (start: [UInt8], end: [UInt8]?)) { (start, end) = keys }
-        func contains(_ key: [UInt8]) -> Bool {
+        func contains(_ key: some Collection<UInt8>) -> Bool {
             !key.lexicographicallyPrecedes(start) && (end.map { key.lexicographicallyPrecedes($0) } ?? true)
         }
     }
@@ -375,14 +389,15 @@ struct Analysis {
     var needsRepair: Bool { !damagedIndexes.isEmpty || readModelsDiffer || staleModelVersion }
 
     /// Decoded records handed from the thread that reads, hashes and decodes the log to the one that
-    /// checks and folds: the events of every record in one array, and each record's command and
-    /// where its events end.
+    /// checks and folds: the events of every record in one array, and each record's command, where
+    /// its events end, and whether the reading thread already hashed the index entries it implies
+    /// (``hashImpliedEntries(_:normalize:into:)``).
     /// The first pass also hands over the leaf hash of every record from `first` on, for the
     /// folding thread to link into the chain (after a record that does not decode, leaves only).
     struct Batch {
         var first: UInt64
         var events: [LedgerEvent] = []
-        var records: [(command: Key128, end: Int)] = []
+        var records: [(command: Key128, end: Int, impliedHashed: Bool)] = []
         var leaves: [Digest32] = []
         static let capacity = 1_024
 
@@ -394,6 +409,29 @@ struct Analysis {
 
         var isFull: Bool { records.count == Self.capacity || leaves.count == Self.capacity }
         var isEmpty: Bool { records.isEmpty && leaves.isEmpty }
+
+        /// Hashes the index entries the batch's records imply into `implied` (by
+        /// ``EngineIndex/position``) and marks them hashed: all but a record with a transfer approval
+        /// or refusal, whose entries name the lineage of its case, which only the folding thread knows.
+        /// The entries' multiset hashes are sums, so which thread adds an entry does not matter.
+        mutating func hashImpliedEntries(normalize: (IndexEntry) -> IndexEntry, into implied: inout [MultisetHash]) {
+            var start = 0
+            for index in records.indices {
+                let events = self.events[start..<records[index].end]
+                start = records[index].end
+                let namesCase = events.contains {
+                    switch $0 {
+                    case .transferApproved, .transferRefused: true
+                    default: false
+                    }
+                }
+                guard !namesCase else { continue }
+                forEachImpliedEntry(sequence: first + UInt64(index), command: records[index].command, events: events, caseLineage: { _ in nil }) {
+                    entry in implied[entry.index.position].add(normalize(entry))
+                }
+                records[index].impliedHashed = true
+            }
+        }
     }
 
     /// A bounded queue of batches between the two threads.
@@ -437,11 +475,24 @@ struct Analysis {
             condition.unlock()
         }
 
+        /// Whether the consumer is behind: the queue is full, or one short of it.
+        var isBacklogged: Bool {
+            condition.lock()
+            defer { condition.unlock() }
+            return batches.count >= Self.capacity - 1
+        }
+
         var isStopped: Bool {
             condition.lock()
             defer { condition.unlock() }
             return stopped
         }
+    }
+
+    /// When the reading thread hashes the index entries a batch implies (else the folding thread does):
+    /// when the folding thread is behind (the queue full or one short of it), or always (tests).
+    enum ReaderHashing {
+        case whenBehind, always
     }
 
     /// What the folding thread found.
@@ -509,7 +560,7 @@ struct Analysis {
             for record in batch.records {
                 let events = batch.events[start..<record.end]
                 try checker.check(sequence: sequence, events: events)
-                if indexes {
+                if indexes && !record.impliedHashed {
                     let transfers = checker.state.transfers
                     forEachImpliedEntry(
                         sequence: sequence, command: record.command, events: events, caseLineage: { transfers[$0]?.request.plan.lineage }
@@ -532,13 +583,16 @@ struct Analysis {
     /// of that; a later pass (`first` is pass 0's analysis) only folds its range of lineages, through
     /// the last record pass 0 verified, and compares their read models.
     static func run(
-        _ reader: any EngineReader, pass: Int = 0, of count: Int = 1, after first: First? = nil, progress: ((UInt64, UInt64) -> Void)?
+        _ reader: any EngineReader, pass: Int = 0, of count: Int = 1, after first: First? = nil, readerHashing: ReaderHashing = .whenBehind,
+        progress: ((UInt64, UInt64) -> Void)?
     ) throws -> Analysis {
         let head = try reader.head()
         let hashing = pass == 0
         let through = first?.report.verifiedRecords ?? head.sequence
         var walk = try ChainWalk(head: head, linking: false)
         var impliedNodes = MultisetHash()
+        /// The entries of the records whose implied entries this thread hashed (``Batch/hashImpliedEntries(normalize:into:)``).
+        var impliedHere = [MultisetHash](repeating: MultisetHash(), count: EngineIndex.allCases.count)
         let handoff = Handoff()
         var checker = InvariantChecker(signatures: .libcrypto, lean: true, lineageRange: count == 1 ? nil : range(pass, of: count))
         // About the lineages this pass keeps (the read models name each once), with a margin.
@@ -553,6 +607,14 @@ struct Analysis {
         /// The first record that does not decode or goes back in time: the records after it are not folded.
         var decodeFault: ChainFault?
         var lastRecordedAt: Timestamp = 0
+        /// Hands a batch over (dropped once the other thread has stopped). When the folding thread is
+        /// behind, this one first hashes the batch's implied entries instead of waiting for room.
+        func send(_ batch: inout Batch) {
+            if hashing && (readerHashing == .always || handoff.isBacklogged) {
+                batch.hashImpliedEntries(normalize: normalizer.normalize, into: &impliedHere)
+            }
+            handoff.put(batch)
+        }
         let label = count == 1 ? progress : progress.map { report in { done, total in report(UInt64(pass) * total + done, UInt64(count) * total) } }
         do {
             try reader.forEachRecord(from: 1, through: through) { sequence, bytes in
@@ -569,7 +631,7 @@ struct Analysis {
                             decodeFault = ChainFault(sequence: sequence, through: sequence, reason: "recorded before the record preceding it")
                         } else {
                             lastRecordedAt = record.recordedAt
-                            batch.records.append((record.command, batch.events.count))
+                            batch.records.append((record.command, batch.events.count, false))
                         }
                     } catch {
                         decodeFault = ChainFault(sequence: sequence, through: sequence, reason: error.reason)
@@ -578,7 +640,7 @@ struct Analysis {
                     if decodeFault != nil && !hashing { return false }
                 }
                 if batch.isFull {
-                    handoff.put(batch)  // dropped once the other thread has stopped
+                    send(&batch)
                     batch = Batch(first: sequence + 1)
                 }
                 if sequence % 10_000 == 0 { label?(sequence, through) }
@@ -590,7 +652,7 @@ struct Analysis {
             fold.done.wait()
             throw error
         }
-        if !batch.isEmpty { handoff.put(batch) }
+        if !batch.isEmpty { send(&batch) }
         handoff.close()
         // The stored indexes, while the other thread folds.
         var stored = [EngineIndex: MultisetHash]()
@@ -606,7 +668,7 @@ struct Analysis {
         }
         // The persisted read models of this pass's range, hashed while the other thread folds.
         var persistedModels = MultisetHash()
-        try reader.forEachReadModel(from: modelKeys.start) { key, value in
+        try reader.forEachReadModelBytes(from: modelKeys.start) { key, value in
             guard modelKeys.contains(key) else { return false }
             persistedModels.add(key: key, value: value)
             return true
@@ -622,7 +684,12 @@ struct Analysis {
             fault = first?.report.chainFault
         }
         label?(through, through)
-        var implied = Dictionary(uniqueKeysWithValues: EngineIndex.allCases.map { ($0, fold.state.implied[$0.position]) })
+        var implied = Dictionary(
+            uniqueKeysWithValues: EngineIndex.allCases.map { index in
+                var hash = fold.state.implied[index.position]
+                hash.add(impliedHere[index.position])
+                return (index, hash)
+            })
         implied[.merkle] = impliedNodes
         let state = fold.state.checker.state
         var analysis = Analysis(

@@ -134,11 +134,12 @@ struct StoredRecordDictionary: Equatable {
         out.append(contentsOf: UnsafeRawBufferPointer(rebasing: stored[1..<header]))
         var i = header
         while i < stored.count {
-            // The bytes up to the next escape, copied at once.
-            guard let escape = stored[i...].firstIndex(of: Self.escape) else {
+            // The bytes up to the next escape (found by `memchr`), copied at once.
+            guard let base = stored.baseAddress, let found = memchr(base + i, Int32(Self.escape), stored.count - i) else {
                 out.append(contentsOf: UnsafeRawBufferPointer(rebasing: stored[i...]))
                 return
             }
+            let escape = base.distance(to: UnsafeRawPointer(found))
             out.append(contentsOf: UnsafeRawBufferPointer(rebasing: stored[i..<escape]))
             guard escape + 1 < stored.count else { throw StoredFormDamage("it ends inside an escape") }
             let k = Int(stored[escape + 1])

@@ -95,6 +95,37 @@ import Testing
         #expect(try ledger.store.replay().isIntact)
     }
 
+    /// The reading thread hashes a batch's implied entries when the folding thread is behind, except
+    /// a transfer approval's or refusal's, which name the lineage of its case (known to the folding
+    /// thread only): the reports are the same whichever thread hashes, intact and with a damaged index.
+    @Test func impliedEntriesHashedByTheReadingThreadGiveTheSameReports() throws {
+        let staffed = try StaffedLedger("reader-hashing")
+        let ledger = staffed.ledger
+        defer { staffed.directory.remove() }
+        for (uid, otid) in [("alice", "1001"), ("bob", "1002")] {
+            staffed.send(["type": "purchase", "account": uid, "transaction": Fixtures.transaction(otid, at: t), "at": t])
+        }
+        let request = TransferRequestInput(
+            caseId: "C-1", reason: "lost access", originalTransactionId: "1001", targetUID: "bob", targetAuthentication: "re-auth",
+            ownershipEvidence: "order id")
+        #expect(try ledger.requestTransfer(request, operator: "olivia", key: staffed.olivia, at: t + day).accepted)
+        #expect(try ledger.approveReviewed(caseId: "C-1", approver: "adam", key: staffed.adam, at: t + day).accepted)
+        let approval = try ledger.store.head().sequence
+        #expect(try ledger.applyTransfer(caseId: "C-1", staff: "olivia", key: staffed.olivia, at: t + 2 * day).accepted)
+        #expect(try !ledger.applyTransfer(caseId: "C-1", staff: "olivia", key: staffed.olivia, at: t + 3 * day).accepted)
+        func expectSameReports() throws -> ReplayReport {
+            let reader = try ledger.store.replay(repair: false, progress: nil, lineagesPerPass: .max, readerHashing: .always)
+            let folder = try ledger.store.replay(repair: false, progress: nil, lineagesPerPass: .max)
+            #expect(reader.indexDifferences == folder.indexDifferences && reader.isIntact == folder.isIntact)
+            #expect(reader.violations == folder.violations && reader.events == folder.events)
+            return reader
+        }
+        #expect(try expectSameReports().isIntact)
+        let lineage = try ledger.lineage(originalTransactionId: "1001")
+        try damage(ledger, removing: [try lineageEntry(ledger, lineage, approval)])
+        #expect(try expectSameReports().indexDifferences == ["lineages: missing entry for record \(approval) (lineage \(lineage))"])
+    }
+
     @Test func aMissingLineageEntryIsReportedAndRebuildRestoresIt() throws {
         let (ledger, directory) = try populatedLedger()
         defer { directory.remove() }
