@@ -181,6 +181,11 @@ public protocol EngineReader {
 
     /// For each command, its latest record (sequence and bytes), when it has one.
     func latestRecords(of commands: [CommandRef]) throws -> [Key128: (sequence: UInt64, bytes: [UInt8])]
+    /// Announces the first reads of a write group: the latest records of `commands`, the pseudonyms
+    /// of `vaultKeys` and the states of `lineages`. An engine may read them all at once (PostgreSQL:
+    /// in the round trip that locks the head) and answer the calls that ask for them from what it
+    /// read; the default does nothing.
+    func prefetch(commands: [CommandRef], vaultKeys: [Key128], lineages: [LineageKey]) throws
     /// The sequences of the lineage's records through `through`, ascending.
     func sequences(ofLineage lineage: LineageKey, through: UInt64) throws -> [UInt64]
     /// For each account, every lineage ever bound to it.
@@ -238,6 +243,8 @@ public protocol EngineWriter {
 }
 
 extension EngineReader {
+    public func prefetch(commands: [CommandRef], vaultKeys: [Key128], lineages: [LineageKey]) throws {}
+
     public func forEachReadModelBytes(from start: [UInt8], _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool) throws {
         try forEachReadModel(from: start) { key, value in
             try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try body(k, v) } }

@@ -22,6 +22,13 @@ final class PostgresAccess: EngineReader, EngineWriter {
     /// insertion costs the server about half a speculative one (docs/benchmarks.md, "Session 21: CPU per decision").
     private var absentReadModels = Set<[UInt8]>()
     private var absentVaultKeys = Set<Key128>()
+    /// Whether the group's `BEGIN` and head lock are still to be sent (with its first statements).
+    private var lockPending = false
+    /// What ``prefetch(commands:vaultKeys:lineages:)`` read, by key (nil: absent), each answered
+    /// once, and forgotten when the group writes.
+    private var prefetchedCommands: [Key128: (sequence: UInt64, bytes: [UInt8])?] = [:]
+    private var prefetchedVaultKeys: [Key128: AccountID?] = [:]
+    private var prefetchedReadModels: [[UInt8]: [UInt8]?] = [:]
 
     init(connection: PostgresConnection, store: String, writing: Bool) {
         self.connection = connection
@@ -29,33 +36,73 @@ final class PostgresAccess: EngineReader, EngineWriter {
         self.writing = writing
     }
 
-    /// Begins the write group's transaction and locks the head row: write groups of every process
-    /// on every host are serialised here, and every later statement sees the groups committed before.
-    func begin() throws {
-        let rows = try connection.pipeline([
-            PostgresStatement("BEGIN"), PostgresStatement("SELECT sequence, chain_hash, recorded_at, frontier FROM ledger_head FOR UPDATE"),
-        ])
-        lockedHead = try PostgresRowDecoding.head(rows[1])
-    }
+    /// Begins the write group: its transaction and the lock on the head row are sent with the
+    /// group's first statements, ahead of them in one pipeline. Write groups of every process on
+    /// every host are serialised on that lock, and every later statement sees the groups committed
+    /// before.
+    func begin() { lockPending = true }
 
     /// Sends the queued writes and `COMMIT` in one round trip.
     func commit() throws {
         commitSent = true
-        try connection.pipeline(pending + [PostgresStatement("COMMIT")])
+        try run(pending + [PostgresStatement("COMMIT")])
         pending = []
     }
 
     private func query(_ sql: String, _ parameters: [PostgresValue] = []) throws -> PostgresRows {
-        if !pending.isEmpty {
-            try connection.pipeline(pending)
-            pending = []
+        if pending.isEmpty && !lockPending { return try connection.query(sql, parameters) }
+        let rows = try run(pending + [PostgresStatement(sql, parameters)])
+        pending = []
+        return rows[rows.count - 1]
+    }
+
+    /// Runs `statements` in one pipeline, after the group's `BEGIN` and head lock when they are
+    /// still to be sent; returns the rows of `statements`.
+    @discardableResult
+    private func run(_ statements: [PostgresStatement]) throws -> [PostgresRows] {
+        guard lockPending else { return try connection.pipeline(statements) }
+        let rows = try connection.pipeline(
+            [PostgresStatement("BEGIN"), PostgresStatement("SELECT sequence, chain_hash, recorded_at, frontier FROM ledger_head FOR UPDATE")]
+                + statements)
+        lockPending = false
+        lockedHead = try PostgresRowDecoding.head(rows[1])
+        return Array(rows.dropFirst(2))
+    }
+
+    /// Reads the latest records of `commands`, the pseudonyms of `vaultKeys` and the states of
+    /// `lineages` in one pipeline (with the head's lock, when it is the group's first statement):
+    /// ``latestRecords(of:)``, ``pseudonyms(vaultKeys:)`` and ``lineageStates(_:)`` answer each key
+    /// once from what it read, and ask the server only for the others.
+    func prefetch(commands: [CommandRef], vaultKeys: [Key128], lineages: [LineageKey]) throws {
+        let commands = Array(Set(commands))
+        let vaultKeys = Array(Set(vaultKeys))
+        let readModelKeys = Array(Set(lineages)).map(ReadModel.lineageKey)
+        var statements: [PostgresStatement] = []
+        if !commands.isEmpty { statements.append(Self.latestRecordsStatement(commands)) }
+        if !vaultKeys.isEmpty { statements.append(Self.pseudonymsStatement(vaultKeys)) }
+        if !readModelKeys.isEmpty { statements.append(Self.readModelsStatement(readModelKeys)) }
+        guard !statements.isEmpty || lockPending else { return }
+        var rows = try run(pending + statements)[...]
+        rows.removeFirst(pending.count)
+        pending = []
+        if !commands.isEmpty {
+            let found = try decodeLatestRecords(rows.removeFirst())
+            for command in commands { prefetchedCommands.updateValue(found[command.key], forKey: command.key) }
         }
-        return try connection.query(sql, parameters)
+        if !vaultKeys.isEmpty {
+            let found = try decodePseudonyms(rows.removeFirst(), asked: vaultKeys)
+            for key in vaultKeys { prefetchedVaultKeys.updateValue(found[key], forKey: key) }
+        }
+        if !readModelKeys.isEmpty {
+            let found = Dictionary(decodeReadModels(rows.removeFirst(), asked: readModelKeys), uniquingKeysWith: { first, _ in first })
+            for key in readModelKeys { prefetchedReadModels.updateValue(found[key], forKey: key) }
+        }
     }
 
     // MARK: Head, metadata, log
 
     func head() throws -> LogHead {
+        if lockPending { try run([]) }
         if let lockedHead { return lockedHead }
         return try PostgresRowDecoding.head(query("SELECT sequence, chain_hash, recorded_at, frontier FROM ledger_head"))
     }
@@ -107,11 +154,24 @@ final class PostgresAccess: EngineReader, EngineWriter {
     // MARK: Indexes
 
     func latestRecords(of commands: [CommandRef]) throws -> [Key128: (sequence: UInt64, bytes: [UInt8])] {
-        guard !commands.isEmpty else { return [:] }
-        // A command with a home lineage is among that lineage's entries, the others in ledger_commands
-        // (an empty home stands for none).
-        let unique = Array(Set(commands))
-        let rows = try query(
+        var out: [Key128: (sequence: UInt64, bytes: [UInt8])] = [:]
+        var unique: [CommandRef] = []
+        for command in Set(commands) {
+            if let prefetched = prefetchedCommands.removeValue(forKey: command.key) {
+                out[command.key] = prefetched
+            } else {
+                unique.append(command)
+            }
+        }
+        guard !unique.isEmpty else { return out }
+        let statement = Self.latestRecordsStatement(unique)
+        return try out.merging(decodeLatestRecords(query(statement.sql, statement.parameters))) { _, read in read }
+    }
+
+    /// The latest record of each of `commands` that has one: a command with a home lineage is among
+    /// that lineage's entries, the others in ledger_commands (an empty home stands for none).
+    private static func latestRecordsStatement(_ commands: [CommandRef]) -> PostgresStatement {
+        PostgresStatement(
             """
             SELECT k.command, c.sequence, l.record FROM unnest($1::bytea[], $2::bytea[]) AS k(command, home)
             CROSS JOIN LATERAL (
@@ -119,7 +179,10 @@ final class PostgresAccess: EngineReader, EngineWriter {
                 UNION ALL SELECT sequence FROM ledger_commands WHERE length(k.home) = 0 AND command = k.command
                 ORDER BY sequence DESC LIMIT 1) AS c
             JOIN ledger_log AS l ON l.sequence = c.sequence
-            """, [.bytesArray(unique.map(\.key.bytes)), .bytesArray(unique.map { $0.home?.bytes ?? [] })])
+            """, [.bytesArray(commands.map(\.key.bytes)), .bytesArray(commands.map { $0.home?.bytes ?? [] })])
+    }
+
+    private func decodeLatestRecords(_ rows: PostgresRows) throws -> [Key128: (sequence: UInt64, bytes: [UInt8])] {
         var out: [Key128: (sequence: UInt64, bytes: [UInt8])] = [:]
         for row in 0..<rows.count {
             let command = try PostgresRowDecoding.key128(rows.value(row, 0))
@@ -194,11 +257,29 @@ final class PostgresAccess: EngineReader, EngineWriter {
     // MARK: Read models
 
     private func readModels(_ keys: [[UInt8]]) throws -> [([UInt8], [UInt8])] {
-        guard !keys.isEmpty else { return [] }
-        let rows = try query("SELECT key, value FROM ledger_read_models WHERE key = ANY($1)", [.bytesArray(keys)])
+        var found: [([UInt8], [UInt8])] = []
+        var asked: [[UInt8]] = []
+        for key in keys {
+            if let prefetched = prefetchedReadModels.removeValue(forKey: key) {
+                if let prefetched { found.append((key, prefetched)) }
+            } else {
+                asked.append(key)
+            }
+        }
+        guard !asked.isEmpty else { return found }
+        let statement = Self.readModelsStatement(asked)
+        return try found + decodeReadModels(query(statement.sql, statement.parameters), asked: asked)
+    }
+
+    private static func readModelsStatement(_ keys: [[UInt8]]) -> PostgresStatement {
+        PostgresStatement("SELECT key, value FROM ledger_read_models WHERE key = ANY($1)", [.bytesArray(keys)])
+    }
+
+    /// The rows read for `asked`; under the head lock, the keys not found are noted as absent.
+    private func decodeReadModels(_ rows: PostgresRows, asked: [[UInt8]]) -> [([UInt8], [UInt8])] {
         let found = (0..<rows.count).map { (rows.bytes($0, 0) ?? [], rows.bytes($0, 1) ?? []) }
         if lockedHead != nil {
-            absentReadModels.formUnion(keys)
+            absentReadModels.formUnion(asked)
             absentReadModels.subtract(found.map(\.0))
         }
         return found
@@ -269,14 +350,31 @@ final class PostgresAccess: EngineReader, EngineWriter {
     // MARK: Vault and Merkle nodes
 
     func pseudonyms(vaultKeys: [Key128]) throws -> [Key128: AccountID] {
-        guard !vaultKeys.isEmpty else { return [:] }
-        let rows = try query(
-            "SELECT vault_key, account FROM ledger_identities WHERE vault_key = ANY($1)", [.bytesArray(Array(Set(vaultKeys)).map(\.bytes))])
+        var out: [Key128: AccountID] = [:]
+        var asked: [Key128] = []
+        for key in Set(vaultKeys) {
+            if let prefetched = prefetchedVaultKeys.removeValue(forKey: key) {
+                if let prefetched { out[key] = prefetched }
+            } else {
+                asked.append(key)
+            }
+        }
+        guard !asked.isEmpty else { return out }
+        let statement = Self.pseudonymsStatement(asked)
+        return try out.merging(decodePseudonyms(query(statement.sql, statement.parameters), asked: asked)) { _, read in read }
+    }
+
+    private static func pseudonymsStatement(_ vaultKeys: [Key128]) -> PostgresStatement {
+        PostgresStatement("SELECT vault_key, account FROM ledger_identities WHERE vault_key = ANY($1)", [.bytesArray(vaultKeys.map(\.bytes))])
+    }
+
+    /// The pseudonyms read for `asked`; under the head lock, the keys not found are noted as absent.
+    private func decodePseudonyms(_ rows: PostgresRows, asked: [Key128]) throws -> [Key128: AccountID] {
         var out: [Key128: AccountID] = [:]
         for row in 0..<rows.count {
             out[try PostgresRowDecoding.key128(rows.value(row, 0))] = AccountID(try PostgresRowDecoding.key128(rows.value(row, 1)))
         }
-        if lockedHead != nil { absentVaultKeys.formUnion(vaultKeys.filter { out[$0] == nil }) }
+        if lockedHead != nil { absentVaultKeys.formUnion(asked.filter { out[$0] == nil }) }
         return out
     }
 
@@ -334,6 +432,10 @@ final class PostgresAccess: EngineReader, EngineWriter {
     // MARK: Writing
 
     func apply(_ batch: EngineBatch) throws {
+        // What was read ahead describes the store before this batch.
+        prefetchedCommands = [:]
+        prefetchedVaultKeys = [:]
+        prefetchedReadModels = [:]
         if !batch.records.isEmpty {
             pending.append(
                 PostgresStatement(

@@ -21,7 +21,8 @@ import Projections
 /// | `ledger_meta` | name → value (`MetaKey`) |
 ///
 /// Write groups are serialised on the head row: each group's transaction starts by locking it
-/// (`SELECT … FOR UPDATE`), then reads the state it decides on (READ COMMITTED: every statement
+/// (`SELECT … FOR UPDATE`, sent in one pipeline with the group's first reads: the latest records of
+/// its commands, its UIDs' pseudonyms, its lineages' states), then reads the state it decides on (READ COMMITTED: every statement
 /// after the lock sees every group committed before it), so two writers on different hosts can
 /// never decide on the same state, and the chain stays gapless. A group's reads are a few batch
 /// statements; its writes are one multi-row statement per table, sent with the `COMMIT` in one
@@ -156,7 +157,7 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
             let access = PostgresAccess(connection: connection, store: url.description, writing: true)
             var value: T?
             do {
-                try access.begin()
+                access.begin()
                 let result = try body(access, access)
                 value = result
                 try access.commit()

@@ -118,10 +118,10 @@ public final class Ledger: @unchecked Sendable {
     /// return before it is durable (``LedgerStore/writeDeferringSync(_:)``).
     func submit(prepared groups: [PreparedGroup], deferringSync: Bool = false) throws -> [[Decision]] {
         func body(reader: any EngineReader, writer: any EngineWriter) throws -> [[Decision]] {
-            var group = try WriteGroup(store: store, reader: reader, clock: clock)
             // The keys of every submission, gathered without copying the submissions themselves.
             var commands: [CommandRef] = []
             var uids: [String] = []
+            var vaultKeys: [(key: Key128, uid: String)] = []
             var lineages: [LineageKey] = []
             var deletedUIDs: [String] = []
             for submissions in groups.lazy.map(\.submissions) {
@@ -129,12 +129,16 @@ public final class Ledger: @unchecked Sendable {
                     commands.append(submissions[index].commandRef)
                     if let uid = submissions[index].uid {
                         uids.append(uid)
-                        if let vaultKey = submissions[index].vaultKey { group.remember(vaultKey: vaultKey, of: uid) }
+                        if let vaultKey = submissions[index].vaultKey { vaultKeys.append((vaultKey, uid)) }
                     }
                     if let lineage = submissions[index].lineage { lineages.append(lineage) }
                     if case .deleteAccount(let uid) = submissions[index].submission { deletedUIDs.append(uid) }
                 }
             }
+            // The group's first reads, announced before it reads the head (PostgreSQL sends them with the head's lock).
+            try reader.prefetch(commands: commands, vaultKeys: vaultKeys.map(\.key), lineages: lineages)
+            var group = try WriteGroup(store: store, reader: reader, clock: clock)
+            for (key, uid) in vaultKeys { group.remember(vaultKey: key, of: uid) }
             try group.prefetch(commands: commands, uids: uids)
             // A deletion decides on every lineage of its account: load them for all the group's deletions at once.
             var deleting: [AccountID] = []
