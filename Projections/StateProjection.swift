@@ -21,6 +21,41 @@ public enum StateProjection {
 
     public static func evolve(_ state: inout LedgerState, _ event: LedgerEvent) { evolve(&state, event, accountLineages: true) }
 
+    /// Whether folding `events` into `state` leaves it as it is (`fold(events, into: state) ==
+    /// state`), without copying `state`: only the entries the events touch are copied, folded and
+    /// compared (every other entry is left alone by ``evolve(_:_:)``, so it compares equal).
+    public static func changesNothing(_ events: [LedgerEvent], in state: LedgerState) -> Bool {
+        var touched = LedgerState()
+        for event in events {
+            if let lineage = changedLineage(event) { touched.lineages[lineage] = state.lineages[lineage] }
+            for account in accountsTouched(by: event) {
+                touched.accountLineages[account] = state.accountLineages[account]
+                if state.deletedAccounts.contains(account) { touched.deletedAccounts.insert(account) }
+            }
+            switch event {
+            case .staffEnrolled(let e): touched.staff[e.staff] = state.staff[e.staff]
+            case .staffRemoved(let e): touched.staff[e.staff] = state.staff[e.staff]
+            case .transferRequested(let e): touched.transfers[e.plan.caseId] = state.transfers[e.plan.caseId]
+            case .transferApproved(let e): touched.transfers[e.caseId] = state.transfers[e.caseId]
+            case .transferApplied(let e): touched.transfers[e.caseId] = state.transfers[e.caseId]
+            default: break
+            }
+        }
+        return fold(events, into: touched) == touched
+    }
+
+    /// The accounts whose bound lineages or deletion ``evolve(beyondLineages:_:accountLineages:)`` changes for `event`.
+    private static func accountsTouched(by event: LedgerEvent) -> [AccountID] {
+        switch event {
+        case .lineageBound(_, let account), .lineageTombstoned(_, let account), .accountDeleted(let account): [account]
+        case .transferApplied(let e): [e.source.account, e.target]
+        case .staffEnrolled, .staffRemoved, .transferRequested, .transferApproved, .transactionSubmitted, .notificationReceived,
+            .accountDeletionRequested, .transferRefused, .decisionIssued, .storeUpgraded, .rosterChangeProposed, .entitlementGranted,
+            .entitlementEnded, .entitlementRevoked, .entitlementReinstated:
+            []
+        }
+    }
+
     /// ``evolve(_:_:)``; without `accountLineages`, ``LedgerState/accountLineages`` is left alone (a
     /// whole-log replay that does not need it keeps no set per account).
     public static func evolve(_ state: inout LedgerState, _ event: LedgerEvent, accountLineages: Bool) {

@@ -8,21 +8,24 @@ public enum SealedBox {
     public static func seal(_ plaintext: [UInt8], key: [UInt8]) throws -> [UInt8] {
         guard key.count == 32 else { throw CryptoError("AES-GCM seal", detail: "the key is \(key.count) bytes, not 32") }
         let plaintextLength = try int32Length(plaintext.count, "EVP_EncryptUpdate")
-        let nonce = try Digest.randomBytes(12)
         guard let context = EVP_CIPHER_CTX_new() else { throw CryptoError("EVP_CIPHER_CTX_new") }
         defer { EVP_CIPHER_CTX_free(context) }
-        try check(EVP_EncryptInit_ex(context, EVP_aes_256_gcm(), nil, key, nonce), "EVP_EncryptInit_ex")
-        var ciphertext = [UInt8](repeating: 0, count: plaintext.count + 16)
-        var length: Int32 = 0
-        try check(EVP_EncryptUpdate(context, &ciphertext, &length, plaintext, plaintextLength), "EVP_EncryptUpdate")
-        var finalLength: Int32 = 0
-        try ciphertext.withUnsafeMutableBufferPointer { buffer in
+        // nonce ‖ ciphertext ‖ tag, written in place (GCM's ciphertext is as long as the plaintext).
+        var sealed = [UInt8](repeating: 0, count: 12 + plaintext.count + 16)
+        try sealed.withUnsafeMutableBufferPointer { buffer in
             guard let base = buffer.baseAddress else { throw CryptoError("AES-GCM seal", detail: "no output buffer") }
-            try check(EVP_EncryptFinal_ex(context, base + Int(length), &finalLength), "EVP_EncryptFinal_ex")
+            try check(RAND_bytes(base, 12), "RAND_bytes")
+            try check(EVP_EncryptInit_ex(context, try fetchedAES256GCM.get(), nil, key, base), "EVP_EncryptInit_ex")
+            var length: Int32 = 0
+            try check(EVP_EncryptUpdate(context, base + 12, &length, plaintext, plaintextLength), "EVP_EncryptUpdate")
+            var finalLength: Int32 = 0
+            try check(EVP_EncryptFinal_ex(context, base + 12 + Int(length), &finalLength), "EVP_EncryptFinal_ex")
+            guard Int(length + finalLength) == plaintext.count else {
+                throw CryptoError("AES-GCM seal", detail: "\(length + finalLength) bytes of ciphertext for \(plaintext.count) of plaintext")
+            }
+            try check(EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_GET_TAG, 16, base + 12 + plaintext.count), "EVP_CTRL_GCM_GET_TAG")
         }
-        var tag = [UInt8](repeating: 0, count: 16)
-        try check(EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_GET_TAG, 16, &tag), "EVP_CTRL_GCM_GET_TAG")
-        return nonce + ciphertext.prefix(Int(length + finalLength)) + tag
+        return sealed
     }
 
     /// Decrypts what ``seal(_:key:)`` produced; throws when the key is wrong or a byte changed.
@@ -37,7 +40,7 @@ public enum SealedBox {
         var tag = Array(sealed[(sealed.count - 16)...])
         guard let context = EVP_CIPHER_CTX_new() else { throw CryptoError("EVP_CIPHER_CTX_new") }
         defer { EVP_CIPHER_CTX_free(context) }
-        try check(EVP_DecryptInit_ex(context, EVP_aes_256_gcm(), nil, key, nonce), "EVP_DecryptInit_ex")
+        try check(EVP_DecryptInit_ex(context, try fetchedAES256GCM.get(), nil, key, nonce), "EVP_DecryptInit_ex")
         var plaintext = [UInt8](repeating: 0, count: ciphertext.count + 16)
         var length: Int32 = 0
         try check(EVP_DecryptUpdate(context, &plaintext, &length, ciphertext, ciphertextLength), "EVP_DecryptUpdate")
@@ -50,3 +53,11 @@ public enum SealedBox {
         return Array(plaintext.prefix(Int(length + finalLength)))
     }
 }
+
+/// AES-256-GCM as fetched from libcrypto's providers once per process: the implicit fetch of
+/// `EVP_aes_256_gcm()` in every `EVP_EncryptInit_ex` costs more than sealing a UID. An `EVP_CIPHER`
+/// is immutable and may be shared by threads. A failed fetch is kept with its reason and thrown by every use.
+nonisolated(unsafe) private let fetchedAES256GCM: Result<OpaquePointer, CryptoError> = {
+    guard let cipher = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil) else { return .failure(CryptoError("EVP_CIPHER_fetch(AES-256-GCM)")) }
+    return .success(cipher)
+}()

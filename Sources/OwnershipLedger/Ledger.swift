@@ -146,9 +146,12 @@ public final class Ledger: @unchecked Sendable {
                 if let account = try group.pseudonym(ofUID: uid) { deleting.append(account) }
             }
             try group.load(lineages: lineages, accounts: deleting)
-            // By index: decided in place, each prepared submission is never copied.
-            let decisions = try groups.indices.map { g in
-                try groups[g].submissions.indices.map { try decide(groups[g].submissions[$0], in: &group) }
+            // Through buffer pointers: decided in place, each prepared submission is never copied
+            // (an array's subscript returns a copy: a retain and release of each of its fields).
+            let decisions = try groups.map { prepared in
+                try prepared.submissions.withUnsafeBufferPointer { submissions in
+                    try submissions.indices.map { try decide(submissions[$0], in: &group) }
+                }
             }
             try writer.apply(group.batch())
             return decisions
@@ -266,7 +269,7 @@ public final class Ledger: @unchecked Sendable {
         case .transaction:
             guard let first = prior.decision, let now = events.last.flatMap({ if case .decisionIssued(let d) = $0 { d } else { nil } })
             else { return false }
-            return StateProjection.fold(events, into: before) == before
+            return StateProjection.changesNothing(events, in: before)
                 && (first.reason.outcome, first.reason.code) == (now.reason.outcome, now.reason.code)
         }
     }

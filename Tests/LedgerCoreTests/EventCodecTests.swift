@@ -224,6 +224,27 @@ enum Samples {
                     transfers: ["CASE-1": TransferCase(request: request, approval: nil, applied: true)]))
     }
 
+    /// `changesNothing` (a retry's test, which copies only what the events touch) answers as folding
+    /// into the whole state and comparing does: every sample event and every pair of them, on every
+    /// state the samples pass through.
+    @Test func changesNothingAgreesWithFoldingTheWholeState() {
+        var states = [LedgerState()]
+        for event in Samples.events { states.append(StateProjection.fold([event], into: states[states.count - 1])) }
+        var disagreements: [String] = []
+        var answers: Set<Bool> = []
+        for (index, state) in states.enumerated() {
+            for first in Samples.events {
+                for events in [[first]] + Samples.events.map({ [first, $0] }) {
+                    let expected = StateProjection.fold(events, into: state) == state
+                    answers.insert(expected)
+                    if StateProjection.changesNothing(events, in: state) != expected { disagreements.append("state \(index): \(events)") }
+                }
+            }
+        }
+        #expect(disagreements.isEmpty, "\(disagreements.prefix(3))")
+        #expect(answers == [true, false])
+    }
+
     @Test func readModelsRoundTripThroughTheirPersistedForm() throws {
         let state = StateProjection.fold(Samples.events)
         var loaded = LedgerState()
