@@ -112,6 +112,49 @@ public enum Digest {
     }
 }
 
+/// An HMAC-SHA256 key (RFC 2104) with its padded key blocks hashed once: the inner and outer
+/// SHA-256 states after their first block are kept, so each MAC hashes only the message and the
+/// inner digest (two compressions fewer than ``Digest/hmacSHA256(key:message:)``, and no context to
+/// set up or array to allocate). The same MAC bytes; for a key that authenticates many messages.
+public struct HMACSHA256Key: @unchecked Sendable {  // two plain C structs, never mutated after init
+    private let inner: SHA256_CTX
+    private let outer: SHA256_CTX
+
+    public init(_ key: [UInt8]) throws {
+        var block = [UInt8](repeating: 0, count: SHA256Hasher.blockSize)
+        if key.count > block.count {
+            let hashed = try key.withUnsafeBytes { try Digest.sha256($0) }
+            block.replaceSubrange(0..<32, with: hashed.bytes)
+        } else {
+            block.replaceSubrange(0..<key.count, with: key)
+        }
+        func absorbed(_ pad: UInt8) throws(CryptoError) -> SHA256_CTX {
+            var context = SHA256_CTX()
+            let padded = block.map { $0 ^ pad }
+            guard ledger_sha256_init(&context) == 1,
+                padded.withUnsafeBytes({ ledger_sha256_update(&context, $0.baseAddress, $0.count) }) == 1
+            else { throw CryptoError("SHA256_Init/Update (HMAC key)") }
+            return context
+        }
+        inner = try absorbed(0x36)
+        outer = try absorbed(0x5c)
+    }
+
+    /// HMAC-SHA256 of `message` under this key.
+    public func authenticate(_ message: UnsafeRawBufferPointer) throws(CryptoError) -> Digest32 {
+        var context = inner
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        guard ledger_sha256_update(&context, message.baseAddress, message.count) == 1,
+            withUnsafeMutableBytes(of: &words, { ledger_sha256_final($0.baseAddress?.assumingMemoryBound(to: UInt8.self), &context) }) == 1
+        else { throw CryptoError("SHA256_Update/Final (HMAC inner)") }
+        context = outer
+        guard withUnsafeBytes(of: &words, { ledger_sha256_update(&context, $0.baseAddress, $0.count) }) == 1,
+            withUnsafeMutableBytes(of: &words, { ledger_sha256_final($0.baseAddress?.assumingMemoryBound(to: UInt8.self), &context) }) == 1
+        else { throw CryptoError("SHA256_Update/Final (HMAC outer)") }
+        return withUnsafeBytes(of: &words) { Digest32(loading: $0, at: 0) }
+    }
+}
+
 /// SHA-256 as fetched from libcrypto's providers once per process: an implicit fetch (`EVP_sha256()`)
 /// costs more than hashing a short message. An `EVP_MD` is immutable and may be shared by threads.
 /// A failed fetch is kept with its reason and thrown by every use.

@@ -8,20 +8,20 @@ public struct LedgerKeys: Sendable {
     /// Name of the key file inside the store directory.
     public static let fileName = "ledger.key"
 
-    private let lineageKey: [UInt8]
-    private let transactionKey: [UInt8]
-    private let commandKey: [UInt8]
-    private let vaultSecret: [UInt8]
+    private let lineageKey: HMACSHA256Key
+    private let transactionKey: HMACSHA256Key
+    private let commandKey: HMACSHA256Key
+    private let vaultSecret: HMACSHA256Key
     let sealKey: [UInt8]
     /// Stored in the metadata at creation: opening with another key file is refused.
     let checkValue: [UInt8]
 
     init(secret: [UInt8]) throws {
         func derive(_ label: String) throws -> [UInt8] { try Digest.hmacSHA256(key: secret, message: Array(label.utf8)) }
-        lineageKey = try derive("lineage")
-        transactionKey = try derive("transaction")
-        commandKey = try derive("event-id")
-        vaultSecret = try derive("identity-vault")
+        lineageKey = try HMACSHA256Key(derive("lineage"))
+        transactionKey = try HMACSHA256Key(derive("transaction"))
+        commandKey = try HMACSHA256Key(derive("event-id"))
+        vaultSecret = try HMACSHA256Key(derive("identity-vault"))
         sealKey = try derive("identity-seal")
         checkValue = try derive("key-check")
     }
@@ -46,11 +46,10 @@ public struct LedgerKeys: Sendable {
 
     /// The first 16 bytes of HMAC-SHA256(`key`, `message`): 128 bits under a secret key, so no one
     /// without the key can aim for a collision, and the birthday bound is 2^64 identifiers.
-    private func key128(_ key: [UInt8], _ message: String) throws -> Key128 {
-        guard let key = Key128(prefixOf: try Digest.hmacSHA256(key: key, message: Array(message.utf8))) else {
-            throw CryptoError("HMAC-SHA256", detail: "the digest is shorter than 16 bytes")
-        }
-        return key
+    private func key128(_ key: HMACSHA256Key, _ message: String) throws -> Key128 {
+        var message = message
+        let digest = try message.withUTF8 { try key.authenticate(UnsafeRawBufferPointer($0)) }
+        return digest.withBytes { Key128(loading: $0, at: 0) }
     }
 
     // MARK: Key file

@@ -30,6 +30,8 @@ import Testing
     @Test func hmacMatchesRFC4231() throws {
         for (index, vector) in Self.rfc4231.enumerated() {
             #expect(toHex(try Digest.hmacSHA256(key: vector.key, message: vector.data)) == vector.mac, "test case \(index + 1)")
+            let mac = try vector.data.withUnsafeBytes { try HMACSHA256Key(vector.key).authenticate($0) }
+            #expect(mac.hex == vector.mac, "test case \(index + 1), key hashed once")
         }
     }
 
@@ -45,6 +47,11 @@ import Testing
                 _ = HMAC(EVP_sha256(), key, Int32(keyLength), message, messageLength, &expected, &length)
                 #expect(length == 32)
                 #expect(try Digest.hmacSHA256(key: key, message: message) == expected, "key \(keyLength) bytes, message \(messageLength)")
+                let prepared = try HMACSHA256Key(key)
+                for _ in 0..<2 {  // a prepared key is used again and again: its states are copied, never changed
+                    let mac = try message.withUnsafeBytes { try prepared.authenticate($0) }
+                    #expect(mac.bytes == expected, "key \(keyLength) bytes hashed once, message \(messageLength)")
+                }
             }
         }
     }
