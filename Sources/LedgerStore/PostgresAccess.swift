@@ -200,12 +200,40 @@ final class PostgresAccess: EngineReader, EngineWriter {
         return try (0..<rows.count).map { try PostgresRowDecoding.sequence(rows.value($0, 0)) }
     }
 
+    /// In a write group, the same pipeline also reads ahead what a group asks next about these
+    /// accounts (``WriteGroup``'s loading of a deletion): the states of those lineages and the
+    /// accounts' deletion markers, answered once by ``lineageStates(_:)`` and ``deletedAccounts(among:)``.
     func lineages(boundTo accounts: [AccountID]) throws -> [AccountID: [LineageKey]] {
         guard !accounts.isEmpty else { return [:] }
         var out = Dictionary(accounts.map { ($0, [LineageKey]()) }, uniquingKeysWith: { first, _ in first })
-        let rows = try query(
-            "SELECT DISTINCT account, lineage FROM ledger_account_lineages WHERE account = ANY($1) ORDER BY account, lineage",
-            [.bytesArray(Array(out.keys).map(\.bytes))])
+        let keys = PostgresValue.bytesArray(Array(out.keys).map(\.bytes))
+        let bound = PostgresStatement(
+            "SELECT DISTINCT account, lineage FROM ledger_account_lineages WHERE account = ANY($1) ORDER BY account, lineage", [keys])
+        guard writing else { return try decodeBound(query(bound.sql, bound.parameters), into: out) }
+        let markers = out.keys.map(ReadModel.deletedKey)
+        let statements = [
+            bound,
+            PostgresStatement(
+                """
+                SELECT key, value FROM ledger_read_models WHERE key IN (
+                    SELECT DISTINCT $2::bytea || lineage FROM ledger_account_lineages WHERE account = ANY($1))
+                """, [keys, .bytes([ReadModel.lineagePrefix])]),
+            Self.readModelsStatement(markers),
+        ]
+        var rows = try run(pending + statements)[...]
+        rows.removeFirst(pending.count)
+        pending = []
+        out = try decodeBound(rows.removeFirst(), into: out)
+        let states = out.values.joined().map(ReadModel.lineageKey)
+        for (asked, answer) in [(states, rows.removeFirst()), (markers, rows.removeFirst())] {
+            let found = Dictionary(decodeReadModels(answer, asked: asked), uniquingKeysWith: { first, _ in first })
+            for key in asked { prefetchedReadModels.updateValue(found[key], forKey: key) }
+        }
+        return out
+    }
+
+    private func decodeBound(_ rows: PostgresRows, into out: [AccountID: [LineageKey]]) throws -> [AccountID: [LineageKey]] {
+        var out = out
         for row in 0..<rows.count {
             let account = AccountID(try PostgresRowDecoding.key128(rows.value(row, 0)))
             out[account, default: []].append(LineageKey(try PostgresRowDecoding.key128(rows.value(row, 1))))
@@ -431,11 +459,15 @@ final class PostgresAccess: EngineReader, EngineWriter {
 
     // MARK: Writing
 
-    func apply(_ batch: EngineBatch) throws {
-        // What was read ahead describes the store before this batch.
+    /// Drops what was read ahead: it describes the store before the group's writes.
+    private func forgetReadAhead() {
         prefetchedCommands = [:]
         prefetchedVaultKeys = [:]
         prefetchedReadModels = [:]
+    }
+
+    func apply(_ batch: EngineBatch) throws {
+        forgetReadAhead()
         if !batch.records.isEmpty {
             pending.append(
                 PostgresStatement(
@@ -566,6 +598,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
     }
 
     func remove(_ entries: [IndexEntry]) throws {
+        forgetReadAhead()
         for index in EngineIndex.allCases {
             let table = PostgresRowDecoding.table(of: index)
             let keys = try entries.filter { $0.index == index }.map { try PostgresRowDecoding.rowKey(of: $0) }
@@ -579,6 +612,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
     }
 
     func removeReadModels(_ keys: [[UInt8]]) throws {
+        forgetReadAhead()
         guard !keys.isEmpty else { return }
         pending.append(PostgresStatement("DELETE FROM ledger_read_models WHERE key = ANY($1)", [.bytesArray(keys)]))
     }
@@ -586,6 +620,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
     /// Upserts `entries` (the last value of each key wins); keys the group read as absent under the
     /// lock are inserted without `ON CONFLICT`.
     func putReadModels(_ entries: [([UInt8], [UInt8])]) throws {
+        forgetReadAhead()
         guard !entries.isEmpty else { return }
         var fresh: [([UInt8], [UInt8])] = []
         var others: [([UInt8], [UInt8])] = []
