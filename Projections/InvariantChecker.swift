@@ -61,8 +61,9 @@ public struct InvariantChecker: Sendable {
     public private(set) var state = LedgerState()
     public private(set) var violations: [InvariantViolation] = []
     private var lastSequence: UInt64 = 0
-    /// The fact that opened the current record: what caused the effects that follow it.
-    private var cause: LedgerEvent?
+    /// What the checks need of the fact that opened the current record: what caused the effects
+    /// that follow it.
+    private var cause = Cause.none
     /// Cases whose request was made by an operator enrolled at the time.
     private var authorisedRequests: Set<String> = []
     /// Cases approved by a different approver enrolled at the time, for the requested plan.
@@ -121,19 +122,39 @@ public struct InvariantChecker: Sendable {
     }
 
     /// Makes room for `count` lineages at once (a replay that knows about how many it will keep
-    /// avoids growing the table, which briefly holds the old and the new one).
+    /// avoids growing the table, which briefly holds the old and the new one). Lean, also for as many
+    /// accounts' bound counts: an account is counted only once a lineage is bound to it.
     public mutating func reserveCapacity(lineages count: Int) {
-        if lean { leanLineages.reserveCapacity(count) } else { state.lineages.reserveCapacity(count) }
+        if lean {
+            leanLineages.reserveCapacity(count)
+            boundCounts.reserveCapacity(count)
+        } else {
+            state.lineages.reserveCapacity(count)
+        }
     }
 
     /// The lineages kept (in ``leanLineages`` when lean, else in ``state``).
     public var lineageCount: Int { lean ? leanLineages.count : state.lineages.count }
 
-    /// The state of `lineage` so far.
-    private mutating func lineageState(_ lineage: LineageKey) -> LineageState {
-        guard lean else { return state.lineage(lineage) }
+    /// What the checks read of `lineage`'s state so far: its binding and its entitlement's account,
+    /// revocation and end, as plain values (no copy of the product id per check).
+    private mutating func lineageFacts(_ lineage: LineageKey) -> LineageFacts {
+        guard lean else { return LineageFacts(state.lineages[lineage]) }
         loadWorkingLineage(lineage)
-        return workingState ?? LineageState()
+        return LineageFacts(workingState)
+    }
+
+    private struct LineageFacts {
+        var binding: Binding = .unbound
+        var entitlement: (account: AccountID, revokedAt: Timestamp?, ended: Bool)?
+
+        init(_ state: LineageState?) {
+            guard let state else { return }
+            binding = state.binding
+            if let entitlement = state.entitlement {
+                self.entitlement = (entitlement.account, entitlement.revokedAt, entitlement.endedBecause != nil)
+            }
+        }
     }
 
     /// Makes `lineage` the working lineage (lean mode).
@@ -179,7 +200,7 @@ public struct InvariantChecker: Sendable {
             violations.append(InvariantViolation(invariant: 8, sequence: seq, message: "sequence \(seq) follows \(lastSequence)"))
         }
         lastSequence = seq
-        cause = nil
+        cause = .none
         defer { if lean { storeWorkingLineage() } }
         for event in events {
             // Outside the range: a transfer step still updates its case (the cases are kept whole);
@@ -197,24 +218,26 @@ public struct InvariantChecker: Sendable {
             violations.append(InvariantViolation(invariant: invariant, sequence: seq, message: message))
         }
         switch event {
-        case .transactionSubmitted, .notificationReceived, .accountDeletionRequested:
-            cause = event
+        case .transactionSubmitted(let s):
+            cause = Cause(s)
+        case .notificationReceived(let n):
+            cause = Cause(n)
+        case .accountDeletionRequested:
+            cause = .none
         case .staffEnrolled, .staffRemoved:
-            cause = event
+            cause = .none
             if let change = RosterChange(event) { try check(change, sequence: seq) }
-        case .rosterChangeProposed:
-            cause = event
-        case .transferRefused:
-            cause = event
+        case .rosterChangeProposed, .transferRefused:
+            cause = .none
         case .transferRequested(let e):
-            cause = event
+            cause = .none
             if let member = state.staff[e.requestedBy], member.roles.contains(.operator_), try planDigestMatches(e),
                 try signed(by: e.requestedBy, message: e.planDigest.bytes, signature: e.signature)
             {
                 authorisedRequests.insert(e.plan.caseId)
             }
         case .transferApproved(let e):
-            cause = event
+            cause = .none
             if let request = state.transfers[e.caseId]?.request, let member = state.staff[e.approvedBy],
                 member.roles.contains(.approver), e.approvedBy != request.requestedBy, e.planDigest == request.planDigest,
                 try signed(by: e.approvedBy, message: e.planDigest.bytes, signature: e.signature)
@@ -222,7 +245,7 @@ public struct InvariantChecker: Sendable {
                 authorisedApprovals.insert(e.caseId)
             }
         case .transferApplied(let e):
-            cause = event
+            cause = .none
             let transfer = state.transfers[e.caseId]
             if !authorisedRequests.contains(e.caseId) {
                 violated(5, "transfer \(e.caseId) applied without a request by an authorised operator")
@@ -246,28 +269,26 @@ public struct InvariantChecker: Sendable {
             }
             // Checked before the apply, which drops the lineage's entitlement: the decider ends the
             // previous account's entitlement first.
-            if let entitlement = lineageState(e.lineage).entitlement, entitlement.account == e.source.account,
-                entitlement.endedBecause == nil
-            {
+            if let entitlement = lineageFacts(e.lineage).entitlement, entitlement.account == e.source.account, !entitlement.ended {
                 violated(6, "transfer \(e.caseId) applied while the previous account still holds a live entitlement on \(e.lineage)")
             }
         case .lineageBound(let lineage, let account):
-            let binding = lineageState(lineage).binding
+            let binding = lineageFacts(lineage).binding
             if binding != .unbound {
                 violated(binding.isTombstone ? 4 : 1, "lineage \(lineage) bound to \(account) while \(binding.summary)")
                 violated(2, "lineage \(lineage) changed owner without a support transfer")
             }
             if let facts = causeFacts(for: lineage) {
-                if facts.ownership == .familyShared { violated(7, "FAMILY_SHARED transaction bound lineage \(lineage)") }
-                if case .transactionSubmitted(let s) = cause, s.kind == .reconciliation || s.account != account {
+                if facts.familyShared { violated(7, "FAMILY_SHARED transaction bound lineage \(lineage)") }
+                if let s = cause.submission, s.kind == .reconciliation || s.account != account {
                     violated(2, "lineage \(lineage) bound by a \(s.kind.name) that does not speak for \(account)")
                 }
-                if case .notificationReceived = cause { violated(2, "a server notification bound lineage \(lineage)") }
+                if cause.isNotification { violated(2, "a server notification bound lineage \(lineage)") }
             } else {
                 violated(2, "lineage \(lineage) bound without a verified transaction")
             }
         case .entitlementGranted(let e):
-            let current = lineageState(e.lineage)
+            let current = lineageFacts(e.lineage)
             let binding = current.binding
             if binding.isTombstone {
                 violated(4, "tombstoned lineage \(e.lineage) granted an entitlement")
@@ -280,7 +301,7 @@ public struct InvariantChecker: Sendable {
                 violated(4, "lineage \(e.lineage) granted an entitlement without a verified restore by its bound account \(owner)")
             }
             if let facts = causeFacts(for: e.lineage) {
-                if facts.ownership == .familyShared { violated(7, "FAMILY_SHARED transaction granted on \(e.lineage)") }
+                if facts.familyShared { violated(7, "FAMILY_SHARED transaction granted on \(e.lineage)") }
                 // `entitlementReinstated` clears `revokedAt` first, so a reversed refund passes.
                 if let revokedAt = current.entitlement?.revokedAt, facts.purchaseDate <= revokedAt {
                     violated(3, "a transaction purchased before the refund granted the revoked entitlement on \(e.lineage) again")
@@ -290,11 +311,11 @@ public struct InvariantChecker: Sendable {
             }
         case .entitlementEnded(let lineage, let account, _), .entitlementRevoked(let lineage, let account, _),
             .entitlementReinstated(let lineage, let account):
-            if lineageState(lineage).entitlement?.account != account {
+            if lineageFacts(lineage).entitlement?.account != account {
                 violated(3, "\(event.name) for \(account), which holds no entitlement on \(lineage)")
             }
         case .lineageTombstoned(let lineage, let account):
-            if lineageState(lineage).binding != .bound(account) {
+            if lineageFacts(lineage).binding != .bound(account) {
                 violated(2, "lineage \(lineage) tombstoned for \(account), which does not own it")
             }
         case .accountDeleted(let account):
@@ -317,7 +338,7 @@ public struct InvariantChecker: Sendable {
         }
 
         if case .decisionIssued(let decision) = event, let facts = causeFacts(for: decision.lineage),
-            facts.ownership == .familyShared, decision.reason != .familyShared
+            facts.familyShared, decision.reason != .familyShared
         {
             violated(7, "FAMILY_SHARED transaction decided \(decision.reason.code) instead of family-sharing-unsupported")
         }
@@ -439,16 +460,40 @@ public struct InvariantChecker: Sendable {
 
     /// True when the current cause is a purchase, renewal or restore of `lineage` submitted by `account`.
     private func isOwnSubmission(on lineage: LineageKey, by account: AccountID) -> Bool {
-        guard case .transactionSubmitted(let s) = cause else { return false }
-        return s.lineage == lineage && s.kind != .reconciliation && s.account == account
+        guard let s = cause.submission else { return false }
+        return cause.lineage == lineage && s.kind != .reconciliation && s.account == account
     }
 
     /// The verified transaction facts of the current cause when they speak of `lineage`.
-    private func causeFacts(for lineage: LineageKey?) -> TransactionFacts? {
-        switch cause {
-        case .transactionSubmitted(let s) where s.lineage == lineage: s.transaction
-        case .notificationReceived(let n) where n.lineage == lineage && lineage != nil: n.transaction
-        default: nil
+    private func causeFacts(for lineage: LineageKey?) -> Cause.Facts? {
+        guard let lineage, cause.lineage == lineage else { return nil }
+        return cause.facts
+    }
+
+    /// What the checks read of a record's opening fact, kept as plain values (no copy of the event
+    /// and its strings per record): a submission's kind and account, whether it is a notification, the
+    /// lineage it speaks of, and its transaction's facts.
+    private struct Cause {
+        struct Facts {
+            var familyShared: Bool
+            var purchaseDate: Timestamp
+            init(_ facts: TransactionFacts) { (familyShared, purchaseDate) = (facts.ownership == .familyShared, facts.purchaseDate) }
+        }
+        var submission: (kind: SubmissionKind, account: AccountID?)?
+        var isNotification = false
+        var lineage: LineageKey?
+        var facts: Facts?
+
+        /// Any other fact (a deletion request, a roster or transfer step): nothing the checks read.
+        static var none: Cause { Cause() }
+        private init() {}
+
+        init(_ s: TransactionSubmitted) {
+            (submission, lineage, facts) = ((s.kind, s.account), s.lineage, Facts(s.transaction))
+        }
+
+        init(_ n: NotificationReceived) {
+            (isNotification, lineage, facts) = (true, n.lineage, n.transaction.map(Facts.init))
         }
     }
 }

@@ -116,8 +116,12 @@ public struct PackedLineages: Sendable {
             return number
         }
         lastProduct = UInt32(products.count)
-        products.append(product)
-        productNumbers[product] = lastProduct
+        // A copy of its own: the strings a decoder hands out are shared by every event it decodes, and
+        // a replay reads them on another thread; retaining one object from both threads makes the two
+        // cores fight over its reference count.
+        let own = String(decoding: Array(product.utf8), as: UTF8.self)
+        products.append(own)
+        productNumbers[own] = lastProduct
         return lastProduct
     }
 }

@@ -289,6 +289,8 @@ final class DecodedStrings {
         return true
     }
 
+    func forget() { known.removeAll(keepingCapacity: true) }
+
     func remember(_ bytes: UnsafeRawBufferPointer, _ value: String) {
         if known.count < Self.limit { known.append((Array(bytes), value)) }
     }

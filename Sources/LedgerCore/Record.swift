@@ -182,4 +182,9 @@ public struct RecordDecoder {
     ) throws(RecordDecodingError) -> Record {
         try RecordCodec.decode(stored, sequence: sequence, appendingEventsTo: &events, strings: strings)
     }
+
+    /// Forgets the product ids decoded so far: the records decoded next get strings of their own. A
+    /// replay that hands batches of events to another thread calls it for each batch, so the two
+    /// threads do not update the reference count of one string at the same time.
+    public func forgetStrings() { strings.forget() }
 }

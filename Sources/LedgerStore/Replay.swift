@@ -642,6 +642,7 @@ struct Analysis {
                 if batch.isFull {
                     send(&batch)
                     batch = Batch(first: sequence + 1)
+                    decoder.forgetStrings()
                 }
                 if sequence % 10_000 == 0 { label?(sequence, through) }
                 return true

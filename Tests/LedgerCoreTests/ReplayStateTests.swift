@@ -137,7 +137,9 @@ import Testing
     @Test func aRecordDecoderGivesEveryRecordWithItsEventsInOneArray() throws {
         let decoder = RecordDecoder()
         var events: [LedgerEvent] = []
-        for record in Self.history {
+        for (index, record) in Self.history.enumerated() {
+            // The same records whether or not it forgot the product ids decoded before (a replay's batches).
+            if index % 3 == 2 { decoder.forgetStrings() }
             let bytes = RecordCodec.encode(record)
             let start = events.count
             var decoded = try bytes.withUnsafeBytes { try decoder.decode($0, sequence: record.sequence, appendingEventsTo: &events) }
