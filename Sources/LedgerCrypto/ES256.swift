@@ -179,7 +179,7 @@ public enum ES256Signature {
 extension EVPKey {
     /// Parses a PEM block with `read` (a `PEM_read_bio_*` call) and checks the key is EC on P-256.
     static func p256(pem: String, read: (OpaquePointer) -> OpaquePointer?) throws -> EVPKey {
-        let key = try EVPKey.pem(pem, invalid: ES256Error.invalidPEM, read: read)
+        let key = try EVPKey.pem(pem, algorithm: "EC", invalid: ES256Error.invalidPEM, read: read)
         let type = EVP_PKEY_get_base_id(key.pointer)
         guard type == EVP_PKEY_EC else { throw ES256Error.notP256(OBJ_nid2sn(type).map { String(cString: $0) } ?? "of type \(type)") }
         let curve = try key.curveName()

@@ -46,9 +46,14 @@ final class EVPKey {
         return EVPKey(key)
     }
 
-    /// Parses a PEM block with `read` (a `PEM_read_bio_*` call); `invalid` makes the error for text that
-    /// does not parse, from OpenSSL's reason.
-    static func pem(_ pem: String, invalid: (String) -> any Error, read: (OpaquePointer) -> OpaquePointer?) throws -> EVPKey {
+    /// Parses a PEM block with `read` (a `PEM_read_bio_*` call) holding an `algorithm` key (OpenSSL's
+    /// name: `ED25519`, `EC`, `RSA`); `invalid` makes the error for text that does not parse, from
+    /// OpenSSL's reason. A libcrypto that cannot handle `algorithm` at all (no provider offers it)
+    /// fails every parse the same way a malformed file does: that is a ``CryptoError``, never `invalid`,
+    /// so a broken installation is not reported as a bad key file.
+    static func pem(
+        _ pem: String, algorithm: String, invalid: (String) -> any Error, read: (OpaquePointer) -> OpaquePointer?
+    ) throws -> EVPKey {
         let bytes = Array(pem.utf8)
         guard !bytes.isEmpty else { throw invalid("empty text") }
         return try bytes.withUnsafeBytes { buffer in
@@ -57,7 +62,14 @@ final class EVPKey {
                 throw CryptoError("BIO_new_mem_buf")
             }
             defer { BIO_free(bio) }
-            guard let parsed = read(bio) else { throw invalid(CryptoError.drainErrorQueue()) }
+            guard let parsed = read(bio) else {
+                let reason = CryptoError.drainErrorQueue()
+                guard let management = EVP_KEYMGMT_fetch(nil, algorithm, nil) else {
+                    throw CryptoError("EVP_KEYMGMT_fetch(\(algorithm))")
+                }
+                EVP_KEYMGMT_free(management)
+                throw invalid(reason)
+            }
             return EVPKey(parsed)
         }
     }
@@ -84,7 +96,7 @@ final class EVPKey {
 
     /// Parses a PEM block with `read` (a `PEM_read_bio_*` call) and checks the key is Ed25519.
     static func ed25519(pem: String, read: (OpaquePointer) -> OpaquePointer?) throws -> EVPKey {
-        let key = try EVPKey.pem(pem, invalid: Ed25519Error.invalidPEM, read: read)
+        let key = try EVPKey.pem(pem, algorithm: "ED25519", invalid: Ed25519Error.invalidPEM, read: read)
         guard EVP_PKEY_get_id(key.pointer) == EVP_PKEY_ED25519 else { throw Ed25519Error.notEd25519 }
         return key
     }

@@ -65,7 +65,8 @@ public enum RSASigner {
     /// PEM key, ten times an RSA-2048 signature, and tools sign thousands of tokens with one key.
     public static func sign(_ message: [UInt8], privateKeyPEM: String, hash: Hash) throws -> [UInt8] {
         let key = try lastKey.parsed(privateKeyPEM) { pem in
-            let key = try EVPKey.pem(pem, invalid: { CryptoError("PEM_read_bio_PrivateKey", detail: $0) }, read: EVPKey.readPrivateKey)
+            let key = try EVPKey.pem(
+                pem, algorithm: "RSA", invalid: { CryptoError("PEM_read_bio_PrivateKey", detail: $0) }, read: EVPKey.readPrivateKey)
             guard EVP_PKEY_get_base_id(key.pointer) == EVP_PKEY_RSA else {
                 throw CryptoError("PEM_read_bio_PrivateKey", detail: "the key is not an RSA key")
             }
