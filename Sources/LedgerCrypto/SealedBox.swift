@@ -6,6 +6,13 @@ import COpenSSL
 public enum SealedBox {
     /// Encrypts `plaintext` under a 32-byte `key` with a fresh random nonce.
     public static func seal(_ plaintext: [UInt8], key: [UInt8]) throws -> [UInt8] {
+        let random = RandomPool(blockSize: 12)
+        return try seal(plaintext, key: key, random: random)
+    }
+
+    /// ``seal(_:key:)`` with the nonce drawn from `random` (a writer sealing many UIDs draws their
+    /// nonces in a few `RAND_bytes` calls).
+    public static func seal(_ plaintext: [UInt8], key: [UInt8], random: RandomPool) throws -> [UInt8] {
         guard key.count == 32 else { throw CryptoError("AES-GCM seal", detail: "the key is \(key.count) bytes, not 32") }
         let plaintextLength = try int32Length(plaintext.count, "EVP_EncryptUpdate")
         guard let context = EVP_CIPHER_CTX_new() else { throw CryptoError("EVP_CIPHER_CTX_new") }
@@ -14,7 +21,7 @@ public enum SealedBox {
         var sealed = [UInt8](repeating: 0, count: 12 + plaintext.count + 16)
         try sealed.withUnsafeMutableBufferPointer { buffer in
             guard let base = buffer.baseAddress else { throw CryptoError("AES-GCM seal", detail: "no output buffer") }
-            try check(RAND_bytes(base, 12), "RAND_bytes")
+            try random.fill(base, count: 12)
             try check(EVP_EncryptInit_ex(context, try fetchedAES256GCM.get(), nil, key, base), "EVP_EncryptInit_ex")
             var length: Int32 = 0
             try check(EVP_EncryptUpdate(context, base + 12, &length, plaintext, plaintextLength), "EVP_EncryptUpdate")

@@ -305,11 +305,28 @@ public final class LedgerStore: @unchecked Sendable {
     public func issuePseudonym(forUID uid: String, position: UInt64, vaultKey: Key128? = nil) throws -> (
         account: AccountID, vaultKey: Key128, sealedUID: [UInt8]
     ) {
-        var bytes = try Digest.randomBytes(16)
-        for index in 0..<6 { bytes[index] = UInt8(truncatingIfNeeded: position >> UInt64(8 * (5 - index))) }
-        guard let account = AccountID(bytes) else { throw LedgerStoreError.corrupt("pseudonym") }
-        return (account, try vaultKey ?? keys.vaultKey(uid: uid), try SealedBox.seal(Array(uid.utf8), key: keys.sealKey))
+        let random = RandomPool(blockSize: Self.randomBytesPerPseudonym)
+        return try issuePseudonym(forUID: uid, position: position, vaultKey: vaultKey, random: random)
     }
+
+    /// ``issuePseudonym(forUID:position:vaultKey:)`` with the random bytes (the pseudonym's and the
+    /// seal's nonce) drawn from `random`: a write group issuing many pseudonyms draws them in a few
+    /// `RAND_bytes` calls.
+    public func issuePseudonym(forUID uid: String, position: UInt64, vaultKey: Key128? = nil, random: RandomPool) throws -> (
+        account: AccountID, vaultKey: Key128, sealedUID: [UInt8]
+    ) {
+        var bytes = [UInt8](repeating: 0, count: 16)
+        for index in 0..<6 { bytes[index] = UInt8(truncatingIfNeeded: position >> UInt64(8 * (5 - index))) }
+        try bytes.withUnsafeMutableBufferPointer { buffer in
+            guard let base = buffer.baseAddress else { throw LedgerStoreError.corrupt("pseudonym") }
+            try random.fill(base + 6, count: 10)
+        }
+        guard let account = AccountID(bytes) else { throw LedgerStoreError.corrupt("pseudonym") }
+        return (account, try vaultKey ?? keys.vaultKey(uid: uid), try SealedBox.seal(Array(uid.utf8), key: keys.sealKey, random: random))
+    }
+
+    /// Random bytes one new pseudonym takes: 10 of its own, 12 for its seal's nonce.
+    public static let randomBytesPerPseudonym = 22
 
     /// Entries and bytes per database.
     public func statistics() throws -> [(name: String, entries: Int, bytes: Int)] { try read { try $0.statistics() } }

@@ -149,7 +149,8 @@ private struct MentionedLineages {
 
 /// Appends records in a write group: assigns sequence numbers and `recordedAt` (never earlier than
 /// the head's), encodes, hashes (leaf and chain), grows the Merkle frontier, and collects the bytes,
-/// index entries, Merkle nodes and new head into an ``EngineBatch``.
+/// index entries, Merkle nodes and new head into an ``EngineBatch``. After an error it must not be
+/// used again (its write group is abandoned).
 public struct LogAppender {
     public private(set) var head: LogHead
     public var batch = EngineBatch()
@@ -191,16 +192,21 @@ public struct LogAppender {
     /// Hashes `bytes` into the chain and the Merkle tree and adds them, with their index entries, to the batch.
     private mutating func link(_ record: Record, bytes: [UInt8], caseLineage: (String) -> LineageKey?) throws {
         let leaf = try hasher.leafHash(bytes)
-        var frontier = head.frontier
-        var nodes: [IndexEntry] = []
-        try MerkleLog.append(leaf, count: head.sequence, frontier: &frontier, hasher: hasher) { level, index, node in
-            nodes.append(.merkleNode(level: level, index: index, hash: node))
+        let chainHash = try hasher.chain(head.chainHash, sequence: record.sequence, leaf: leaf)
+        // The frontier is taken out of the head, and the batch's copy of the head dropped, so that it
+        // grows in place instead of being copied per record. (A hash that fails here leaves the
+        // appender spent: its write group is abandoned, as after any error.)
+        batch.head = nil
+        var frontier: [Digest32] = []
+        swap(&frontier, &head.frontier)
+        forEachImpliedEntry(sequence: record.sequence, command: record.command, events: record.events[...], caseLineage: caseLineage) {
+            batch.entries.append($0)
         }
-        head = LogHead(
-            sequence: record.sequence, chainHash: try hasher.chain(head.chainHash, sequence: record.sequence, leaf: leaf),
-            recordedAt: record.recordedAt, frontier: frontier)
+        try MerkleLog.append(leaf, count: head.sequence, frontier: &frontier, hasher: hasher) { level, index, node in
+            batch.entries.append(.merkleNode(level: level, index: index, hash: node))
+        }
+        head = LogHead(sequence: record.sequence, chainHash: chainHash, recordedAt: record.recordedAt, frontier: frontier)
         batch.records.append((record.sequence, bytes))
-        batch.entries += impliedEntries(of: record, caseLineage: caseLineage) + nodes
         batch.head = head
     }
 }

@@ -137,7 +137,7 @@ public final class Ledger: @unchecked Sendable {
             }
             // The group's first reads, announced before it reads the head (PostgreSQL sends them with the head's lock).
             try reader.prefetch(commands: commands, vaultKeys: vaultKeys.map(\.key), lineages: lineages)
-            var group = try WriteGroup(store: store, reader: reader, clock: clock)
+            var group = try WriteGroup(store: store, reader: reader, clock: clock, size: commands.count)
             for (key, uid) in vaultKeys { group.remember(vaultKey: key, of: uid) }
             try group.prefetch(commands: commands, uids: uids)
             // A deletion decides on every lineage of its account: load them for all the group's deletions at once.

@@ -1,4 +1,5 @@
 import LedgerCore
+import LedgerCrypto
 import LedgerStore
 import Projections
 
@@ -35,12 +36,23 @@ struct WriteGroup {
     private var changedCases = Set<String>()
     /// Records appended to each lineage in the group (for lineage versions).
     private var appendedOnLineage: [LineageKey: UInt64] = [:]
+    /// The random bytes of the pseudonyms the group issues, drawn a block at a time.
+    private let random: RandomPool
 
-    init(store: LedgerStore, reader: any EngineReader, clock: @escaping () -> Timestamp) throws {
+    /// A write group for `size` submissions: its tables are sized for them up front (none grows and
+    /// rehashes while the group is decided).
+    init(store: LedgerStore, reader: any EngineReader, clock: @escaping () -> Timestamp, size: Int = 1) throws {
         self.store = store
         self.reader = reader
         self.clock = clock
         appender = try LogAppender(head: try reader.head())
+        random = RandomPool(blockSize: min(4_096, LedgerStore.randomBytesPerPseudonym * max(1, size)))
+        commands.reserveCapacity(size)
+        pseudonyms.reserveCapacity(size)
+        vaultKeys.reserveCapacity(size)
+        loadedLineages.reserveCapacity(size)
+        changedLineages.reserveCapacity(size)
+        appendedOnLineage.reserveCapacity(size)
     }
 
     // MARK: Loading (batch reads of what the group has not loaded yet)
@@ -142,7 +154,7 @@ struct WriteGroup {
     /// The pseudonym of `uid`, issuing a new one (kept with the UID sealed) for a new account.
     mutating func pseudonym(forUID uid: String) throws -> AccountID {
         if let existing = try pseudonym(ofUID: uid) { return existing }
-        let issued = try store.issuePseudonym(forUID: uid, position: appender.head.sequence + 1, vaultKey: try vaultKey(of: uid))
+        let issued = try store.issuePseudonym(forUID: uid, position: appender.head.sequence + 1, vaultKey: try vaultKey(of: uid), random: random)
         vaultInserts.append((issued.vaultKey, issued.account, issued.sealedUID))
         pseudonyms[issued.vaultKey] = issued.account
         return issued.account
@@ -197,13 +209,17 @@ struct WriteGroup {
         let caseLineage = { (caseId: String) in transfers[caseId]?.request.plan.lineage }
         let record = try appender.append(recordedAt: clock(), at: at, command: command, attempt: attempt, events: events, caseLineage: caseLineage)
         if !Self.isCaseStep(record) {
-            for case .lineage(let lineage, _, _) in impliedEntries(of: record, caseLineage: caseLineage) {
-                appendedOnLineage[lineage, default: 0] += 1
+            forEachImpliedEntry(sequence: record.sequence, command: command, events: events[...], caseLineage: caseLineage) { entry in
+                if case .lineage(let lineage, _, _) = entry { appendedOnLineage[lineage, default: 0] += 1 }
             }
         }
+        var changed: LineageKey?  // a record's events usually all name one lineage: inserted once
         for event in events {
             StateProjection.evolve(&state, event)
-            if let lineage = event.lineage { changedLineages.insert(lineage) }
+            if let lineage = event.lineage, lineage != changed {
+                changedLineages.insert(lineage)
+                changed = lineage
+            }
             switch event {
             case .accountDeleted(let account): changedDeleted.append(account)
             case .staffEnrolled(let e): changedStaff.insert(e.staff)

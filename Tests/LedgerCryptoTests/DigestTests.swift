@@ -83,4 +83,24 @@ import Testing
         tampered[13] ^= 1
         #expect(throws: CryptoError.self) { try SealedBox.open(tampered, key: key) }
     }
+
+    /// A pool hands out every byte once: draws of any size, within a block, across blocks and larger
+    /// than a block, never repeat one another (22-byte draws of random bytes colliding would take
+    /// ~2^88 draws), and nonces drawn from it seal values that open.
+    @Test func aRandomPoolNeverHandsOutTheSameBytesTwice() throws {
+        for blockSize in [1, 22, 100, 4_096] {
+            let pool = RandomPool(blockSize: blockSize)
+            var seen = Set<[UInt8]>()
+            for size in [22, 1, 22, 5_000, 22, 12, 22] + Array(repeating: 22, count: 300) {
+                let bytes = try pool.bytes(size)
+                #expect(bytes.count == size)
+                if size >= 12 { #expect(seen.insert(bytes).inserted, "block \(blockSize): a draw of \(size) bytes repeated") }
+            }
+        }
+        let key = try Digest.randomBytes(32)
+        let pool = RandomPool(blockSize: 64)
+        let sealed = try (0..<20).map { try SealedBox.seal(Array("uid-\($0)".utf8), key: key, random: pool) }
+        #expect(Set(sealed.map { $0.prefix(12) }).count == 20)
+        for (index, value) in sealed.enumerated() { #expect(try SealedBox.open(value, key: key) == Array("uid-\(index)".utf8)) }
+    }
 }

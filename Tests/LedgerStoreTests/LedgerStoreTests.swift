@@ -280,6 +280,13 @@ import Testing
         #expect(issued == issued.sorted())
         let again = try (0..<8).map { _ in try store.issuePseudonym(forUID: "uid-1", position: 1).account }
         #expect(Set(again.map { Array($0.bytes.suffix(10)) }).count == again.count)
+        // Issued from one pool (as a write group does): the same layout, every pseudonym and nonce fresh.
+        let pool = RandomPool(blockSize: 3 * LedgerStore.randomBytesPerPseudonym)
+        let pooled = try (0..<50).map { _ in try store.issuePseudonym(forUID: "uid-1", position: 1, random: pool) }
+        for issued in pooled { #expect(Array(issued.account.bytes.prefix(6)) == [0, 0, 0, 0, 0, 1]) }
+        #expect(Set(pooled.map { Array($0.account.bytes.suffix(10)) }).count == pooled.count)
+        #expect(Set(pooled.map { Array($0.sealedUID.prefix(12)) }).count == pooled.count)
+        for issued in pooled { #expect(try store.uid(sealed: issued.sealedUID) == "uid-1") }
     }
 
     @Test func lineageKeysAreKeyedHashesOfPlatformEnvironmentAndId() throws {
