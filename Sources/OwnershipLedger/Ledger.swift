@@ -119,38 +119,38 @@ public final class Ledger: @unchecked Sendable {
     func submit(prepared groups: [PreparedGroup], deferringSync: Bool = false) throws -> [[Decision]] {
         func body(reader: any EngineReader, writer: any EngineWriter) throws -> [[Decision]] {
             // The keys of every submission, gathered without copying the submissions themselves.
+            // (Every submission with a UID carries its vault key: ``prepare(_:at:)`` computes it.)
             var commands: [CommandRef] = []
             var uids: [String] = []
-            var vaultKeys: [(key: Key128, uid: String)] = []
+            var vaultKeys: [Key128] = []
             var lineages: [LineageKey] = []
-            var deletedUIDs: [String] = []
+            var deletedUIDs: [(uid: String, vaultKey: Key128?)] = []
             for submissions in groups.lazy.map(\.submissions) {
                 for index in submissions.indices {
                     commands.append(submissions[index].commandRef)
                     if let uid = submissions[index].uid {
-                        uids.append(uid)
-                        if let vaultKey = submissions[index].vaultKey { vaultKeys.append((vaultKey, uid)) }
+                        if let vaultKey = submissions[index].vaultKey { vaultKeys.append(vaultKey) } else { uids.append(uid) }
                     }
                     if let lineage = submissions[index].lineage { lineages.append(lineage) }
-                    if case .deleteAccount(let uid) = submissions[index].submission { deletedUIDs.append(uid) }
+                    if case .deleteAccount(let uid) = submissions[index].submission { deletedUIDs.append((uid, submissions[index].vaultKey)) }
                 }
             }
             // The group's first reads, announced before it reads the head (PostgreSQL sends them with the head's lock).
-            try reader.prefetch(commands: commands, vaultKeys: vaultKeys.map(\.key), lineages: lineages)
+            try reader.prefetch(commands: commands, vaultKeys: vaultKeys, lineages: lineages)
             var group = try WriteGroup(store: store, reader: reader, clock: clock, size: commands.count)
-            for (key, uid) in vaultKeys { group.remember(vaultKey: key, of: uid) }
-            try group.prefetch(commands: commands, uids: uids)
+            try group.prefetch(commands: commands, uids: uids, vaultKeys: vaultKeys)
             // A deletion decides on every lineage of its account: load them for all the group's deletions at once.
             var deleting: [AccountID] = []
-            for uid in deletedUIDs {
-                if let account = try group.pseudonym(ofUID: uid) { deleting.append(account) }
+            for (uid, vaultKey) in deletedUIDs {
+                if let account = try group.pseudonym(ofUID: uid, vaultKey: vaultKey) { deleting.append(account) }
             }
             try group.load(lineages: lineages, accounts: deleting)
-            // Through buffer pointers: decided in place, each prepared submission is never copied
-            // (an array's subscript returns a copy: a retain and release of each of its fields).
+            // Through pointers: decided in place, each prepared submission is never copied (an array's
+            // or a buffer's subscript returns a copy: a retain and release of each of its fields).
             let decisions = try groups.map { prepared in
                 try prepared.submissions.withUnsafeBufferPointer { submissions in
-                    try submissions.indices.map { try decide(submissions[$0], in: &group) }
+                    guard let first = submissions.baseAddress else { return [Decision]() }
+                    return try submissions.indices.map { try decide(first + $0, in: &group) }
                 }
             }
             try writer.apply(group.batch())
@@ -213,33 +213,45 @@ public final class Ledger: @unchecked Sendable {
     /// outcome; a deletion while the UID has no live account. Otherwise it is decided again and
     /// recorded as the command's next attempt (a restore retried after a transfer, a deletion, a
     /// refund or an expiry; a UID deleted again after reuse).
-    private func decide(_ prepared: Prepared, in group: inout WriteGroup) throws -> Decision {
-        let prior = try group.latestRecord(of: prepared.commandRef)
+    ///
+    /// `prepared` is read in place: only the fields deciding needs are copied out, not the whole
+    /// submission with its payload's strings.
+    private func decide(_ prepared: UnsafePointer<Prepared>, in group: inout WriteGroup) throws -> Decision {
+        let prior = try group.latestRecord(of: prepared.pointee.commandRef)
         let attempt = prior.map { $0.attempt + 1 } ?? 0
+        let at = prepared.pointee.at
         let command: Command
         var erasedUID: String?
-        switch prepared.submission {
-        case .transaction(let kind, let uid, let payload, let provenance):
+        switch prepared.pointee.submission {
+        case .transaction(let kind, let uid, _, _):
+            // ``prepare(_:at:)`` keys every transaction's lineage and facts.
+            guard let lineage = prepared.pointee.lineage, let facts = prepared.pointee.facts else {
+                throw SubmissionError("a transaction was not keyed before it was decided", code: "internal")
+            }
             var account: AccountID?
             if let uid {
                 // A retry from an account deleted since is decided without issuing the UID a new
                 // identity: its record names a pseudonym that maps to nobody.
-                account = try group.pseudonym(ofUID: uid) ?? (prior == nil ? try group.pseudonym(forUID: uid) : try Self.unlinkedPseudonym())
+                let vaultKey = prepared.pointee.vaultKey
+                account =
+                    try group.pseudonym(ofUID: uid, vaultKey: vaultKey)
+                    ?? (prior == nil ? try group.pseudonym(forUID: uid, vaultKey: vaultKey) : try Self.unlinkedPseudonym())
             }
-            command = .submitTransaction(
-                TransactionSubmitted(
-                    kind: kind, account: account, lineage: try prepared.lineage ?? lineage(of: payload),
-                    transaction: try prepared.facts ?? facts(payload, provenance: provenance)))
-        case .notification(let payload, let provenance):
-            let fact = try prepared.notification ?? notificationFact(payload, provenance: provenance)
+            command = .submitTransaction(TransactionSubmitted(kind: kind, account: account, lineage: lineage, transaction: facts))
+        case .notification:
+            // ``prepare(_:at:)`` keys every notification's fact.
+            guard let fact = prepared.pointee.notification else {
+                throw SubmissionError("a notification was not keyed before it was decided", code: "internal")
+            }
             if let prior, prior.events.first != .notificationReceived(fact) {
-                throw SubmissionError(
-                    "notificationUUID \(payload.notificationUUID) was delivered before with different content", code: "conflict")
+                var uuid = ""
+                if case .notification(let payload, _) = prepared.pointee.submission { uuid = payload.notificationUUID }
+                throw SubmissionError("notificationUUID \(uuid) was delivered before with different content", code: "conflict")
             }
             command = .receiveNotification(fact)
         case .deleteAccount(let uid):
-            guard let account = try group.pseudonym(ofUID: uid) else {
-                if let prior { return answer(toRetryOf: prior, lineage: nil, at: prepared.at, state: group.state) }
+            guard let account = try group.pseudonym(ofUID: uid, vaultKey: prepared.pointee.vaultKey) else {
+                if let prior { return answer(toRetryOf: prior, lineage: nil, at: at, state: group.state) }
                 return Decision(reason: .unknownAccount, sequence: nil, entitlement: nil, duplicate: false)
             }
             command = .deleteAccount(account)
@@ -248,13 +260,13 @@ public final class Ledger: @unchecked Sendable {
         try group.load(lineages: command.lineages, accounts: erasedUID == nil ? [] : command.accounts)
         // Read `group.state` in place, never through a copy kept past `append`: a copy alive while
         // `append` evolves the state would make it copy every lineage the group loaded, per line.
-        let events = Decider.decide(command, state: group.state, at: prepared.at)
-        if let prior, isRetry(prepared.submission, prior: prior, decided: events, before: group.state) {
-            return answer(toRetryOf: prior, lineage: command.lineages.first, at: prepared.at, state: group.state)
+        let events = Decider.decide(command, state: group.state, at: at)
+        if let prior, isRetry(prepared, prior: prior, decided: events, before: group.state) {
+            return answer(toRetryOf: prior, lineage: command.lineages.first, at: at, state: group.state)
         }
-        let record = try group.append(events, at: prepared.at, command: prepared.command, attempt: attempt)
-        if let erasedUID { try group.eraseIdentity(uid: erasedUID) }
-        return Decision(events: events, sequence: record.sequence, at: prepared.at, duplicate: false)
+        let record = try group.append(events, at: at, command: prepared.pointee.command, attempt: attempt)
+        if let erasedUID { try group.eraseIdentity(uid: erasedUID, vaultKey: prepared.pointee.vaultKey) }
+        return Decision(events: events, sequence: record.sequence, at: at, duplicate: false)
     }
 
     /// Whether a submission seen before (`prior`) is a retry to answer with its first decision
@@ -262,8 +274,8 @@ public final class Ledger: @unchecked Sendable {
     /// checked); a transaction when deciding it again would change nothing and tell the caller the
     /// same outcome and code (otherwise, e.g. after a transfer, a deletion, a refund or an expiry,
     /// it is recorded and answered anew).
-    private func isRetry(_ submission: Submission, prior: Record, decided events: [LedgerEvent], before: LedgerState) -> Bool {
-        switch submission {
+    private func isRetry(_ prepared: UnsafePointer<Prepared>, prior: Record, decided events: [LedgerEvent], before: LedgerState) -> Bool {
+        switch prepared.pointee.submission {
         case .notification: return true
         case .deleteAccount: return false
         case .transaction:

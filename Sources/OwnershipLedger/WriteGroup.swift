@@ -111,15 +111,16 @@ struct WriteGroup {
         }
     }
 
-    /// The latest record of `command`, if any (looking up several at once is ``prefetch(commands:uids:)``).
+    /// The latest record of `command`, if any (looking up several at once is ``prefetch(commands:uids:vaultKeys:)``).
     mutating func latestRecord(of command: CommandRef) throws -> Record? {
         if let known = commands[command.key] { return known }
         try prefetch(commands: [command])
         return commands[command.key] ?? nil
     }
 
-    /// Looks up the latest records of `commands` and the pseudonyms of `uids` in two batch reads.
-    mutating func prefetch(commands wanted: [CommandRef] = [], uids: [String] = []) throws {
+    /// Looks up the latest records of `commands` and the pseudonyms of `uids` and of the UIDs whose
+    /// `vaultKeys` are given in two batch reads.
+    mutating func prefetch(commands wanted: [CommandRef] = [], uids: [String] = [], vaultKeys known: [Key128] = []) throws {
         let missing = wanted.filter { commands[$0.key] == nil }
         if !missing.isEmpty {
             let found = try reader.latestRecords(of: missing)
@@ -127,43 +128,43 @@ struct WriteGroup {
                 commands[command.key] = try found[command.key].map { try RecordCodec.decode($0.bytes, sequence: $0.sequence) } as Record?
             }
         }
-        let missingKeys = try uids.map { try vaultKey(of: $0) }.filter { pseudonyms[$0] == nil }
+        let missingKeys = try (known + uids.map { try vaultKey(of: $0) }).filter { pseudonyms[$0] == nil }
         if !missingKeys.isEmpty {
             let found = try reader.pseudonyms(vaultKeys: missingKeys)
             for key in missingKeys { pseudonyms[key] = found[key] as AccountID? }
         }
     }
 
-    /// Takes `vaultKey` as the vault key of `uid`, computed beforehand (``Ledger/PreparedGroup``).
-    mutating func remember(vaultKey: Key128, of uid: String) { vaultKeys[uid] = vaultKey }
-
-    private mutating func vaultKey(of uid: String) throws -> Key128 {
-        if let known = vaultKeys[uid] { return known }
+    /// The vault key of `uid`: `known` when the caller has it (``Ledger/Prepared``), else computed once.
+    private mutating func vaultKey(of uid: String, known: Key128? = nil) throws -> Key128 {
+        if let known { return known }
+        if let computed = vaultKeys[uid] { return computed }
         let key = try store.keys.vaultKey(uid: uid)
         vaultKeys[uid] = key
         return key
     }
 
-    /// The pseudonym of the live account `uid`, if any.
-    mutating func pseudonym(ofUID uid: String) throws -> AccountID? {
-        let vaultKey = try self.vaultKey(of: uid)
-        if pseudonyms[vaultKey] == nil { try prefetch(uids: [uid]) }
+    /// The pseudonym of the live account `uid` (whose vault key is `vaultKey`, when the caller has it), if any.
+    mutating func pseudonym(ofUID uid: String, vaultKey known: Key128? = nil) throws -> AccountID? {
+        let vaultKey = try self.vaultKey(of: uid, known: known)
+        if pseudonyms[vaultKey] == nil { try prefetch(vaultKeys: [vaultKey]) }
         return pseudonyms[vaultKey] ?? nil
     }
 
     /// The pseudonym of `uid`, issuing a new one (kept with the UID sealed) for a new account.
-    mutating func pseudonym(forUID uid: String) throws -> AccountID {
-        if let existing = try pseudonym(ofUID: uid) { return existing }
-        let issued = try store.issuePseudonym(forUID: uid, position: appender.head.sequence + 1, vaultKey: try vaultKey(of: uid), random: random)
+    mutating func pseudonym(forUID uid: String, vaultKey known: Key128? = nil) throws -> AccountID {
+        let vaultKey = try self.vaultKey(of: uid, known: known)
+        if let existing = try pseudonym(ofUID: uid, vaultKey: vaultKey) { return existing }
+        let issued = try store.issuePseudonym(forUID: uid, position: appender.head.sequence + 1, vaultKey: vaultKey, random: random)
         vaultInserts.append((issued.vaultKey, issued.account, issued.sealedUID))
         pseudonyms[issued.vaultKey] = issued.account
         return issued.account
     }
 
     /// Erases `uid`'s mapping in the group (the account's deletion).
-    mutating func eraseIdentity(uid: String) throws {
-        guard let account = try pseudonym(ofUID: uid) else { return }
-        let vaultKey = try self.vaultKey(of: uid)
+    mutating func eraseIdentity(uid: String, vaultKey known: Key128? = nil) throws {
+        let vaultKey = try self.vaultKey(of: uid, known: known)
+        guard let account = try pseudonym(ofUID: uid, vaultKey: vaultKey) else { return }
         vaultInserts.removeAll { $0.vaultKey == vaultKey }
         vaultErasures.append((vaultKey, account))
         pseudonyms[vaultKey] = .some(nil)
