@@ -213,10 +213,13 @@ final class PostgresAccess: EngineReader, EngineWriter {
         let markers = out.keys.map(ReadModel.deletedKey)
         let statements = [
             bound,
+            // The keys as an array computed at execution, so the read models are read through their
+            // primary key: as `key IN (SELECT …)` the planner, guessing hundreds of lineages for a
+            // few accounts, hashed them and read the whole table (docs/benchmarks.md, "Session 23").
             PostgresStatement(
                 """
-                SELECT key, value FROM ledger_read_models WHERE key IN (
-                    SELECT DISTINCT $2::bytea || lineage FROM ledger_account_lineages WHERE account = ANY($1))
+                SELECT key, value FROM ledger_read_models WHERE key = ANY(ARRAY(
+                    SELECT DISTINCT $2::bytea || lineage FROM ledger_account_lineages WHERE account = ANY($1)))
                 """, [keys, .bytes([ReadModel.lineagePrefix])]),
             Self.readModelsStatement(markers),
         ]
