@@ -1,3 +1,4 @@
+#include <string.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
@@ -25,6 +26,48 @@ static inline int ledger_sha256_update(SHA256_CTX *context, const void *data, si
     return SHA256_Update(context, data, length);
 }
 static inline int ledger_sha256_final(unsigned char *digest, SHA256_CTX *context) { return SHA256_Final(digest, context); }
+
+/* SHA-256 of first || second (a log's leaf, chain or Merkle message, a few blocks long), padded here
+   (FIPS 180-4, 5.1.1) and handed block by block to SHA256_Transform, libcrypto's block function (the
+   same SHA-NI code SHA256_Update calls): no per-message buffering in SHA256_Update, nor padding and
+   clean-up of the context in SHA256_Final. 1 on success, 0 when SHA256_Init fails. */
+static inline void ledger_sha256_feed(SHA256_CTX *context, unsigned char *block, size_t *filled, const unsigned char *data,
+                                      size_t length) {
+    while (length > 0) {
+        size_t take = 64 - *filled < length ? 64 - *filled : length;
+        memcpy(block + *filled, data, take);
+        *filled += take;
+        data += take;
+        length -= take;
+        if (*filled == 64) {
+            SHA256_Transform(context, block);
+            *filled = 0;
+        }
+    }
+}
+static inline int ledger_sha256_two(const void *first, size_t firstLength, const void *second, size_t secondLength,
+                                    unsigned char *digest) {
+    SHA256_CTX context;
+    if (SHA256_Init(&context) != 1) return 0;
+    unsigned char block[64];
+    size_t filled = 0;
+    ledger_sha256_feed(&context, block, &filled, (const unsigned char *)first, firstLength);
+    ledger_sha256_feed(&context, block, &filled, (const unsigned char *)second, secondLength);
+    unsigned long long bits = ((unsigned long long)firstLength + (unsigned long long)secondLength) * 8;
+    block[filled++] = 0x80;
+    if (filled > 56) {
+        memset(block + filled, 0, 64 - filled);
+        SHA256_Transform(&context, block);
+        filled = 0;
+    }
+    memset(block + filled, 0, 56 - filled);
+    for (int index = 0; index < 8; index++) block[56 + index] = (unsigned char)(bits >> (56 - 8 * index));
+    SHA256_Transform(&context, block);
+    for (int word = 0; word < 8; word++) {
+        for (int index = 0; index < 4; index++) digest[4 * word + index] = (unsigned char)(context.h[word] >> (24 - 8 * index));
+    }
+    return 1;
+}
 
 /* ES256 and RS256 verification with a key decoded once and kept (an Apple leaf of a cached chain, a
    Firebase certificate): the EVP layer's per-signature set-up (a digest context, an algorithm fetch

@@ -69,12 +69,15 @@ public enum Digest {
     public static func sha256(
         _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0)
     ) throws(CryptoError) -> Digest32 {
-        var context = SHA256_CTX()
         var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-        guard ledger_sha256_init(&context) == 1, ledger_sha256_update(&context, first.baseAddress, first.count) == 1,
-            ledger_sha256_update(&context, second.baseAddress, second.count) == 1,
-            withUnsafeMutableBytes(of: &words, { ledger_sha256_final($0.baseAddress?.assumingMemoryBound(to: UInt8.self), &context) }) == 1
-        else { throw CryptoError("SHA256_Init/Update/Final") }
+        guard
+            withUnsafeMutableBytes(
+                of: &words,
+                {
+                    ledger_sha256_two(
+                        first.baseAddress, first.count, second.baseAddress, second.count, $0.baseAddress?.assumingMemoryBound(to: UInt8.self))
+                }) == 1
+        else { throw CryptoError("SHA256_Init/Transform") }
         return withUnsafeBytes(of: &words) { Digest32(loading: $0, at: 0) }
     }
 

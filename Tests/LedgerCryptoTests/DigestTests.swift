@@ -62,6 +62,23 @@ import Testing
         #expect(try Digest.sha256(Array("a".utf8), [], Array("bc".utf8)) == Digest.sha256(Array("abc".utf8)))
     }
 
+    /// The short-message SHA-256 (padded by the project, hashed by libcrypto's block function) gives
+    /// the same digest as libcrypto's EVP SHA-256 for every length up to five blocks, wherever the
+    /// message is split in two: the padding's edge cases (55, 56, 63, 64 bytes…) included.
+    @Test func shortMessageSHA256AgreesWithEVP() throws {
+        var random = SystemRandomNumberGenerator()
+        for length in 0...320 {
+            let message = (0..<length).map { _ in UInt8.random(in: 0...255, using: &random) }
+            let expected = try Digest.sha256(parts: [message])
+            for split in Set([0, min(1, length), length / 2, max(length - 1, 0), length]) {
+                let digest = try message.withUnsafeBytes { raw in
+                    try Digest.sha256(UnsafeRawBufferPointer(rebasing: raw[0..<split]), UnsafeRawBufferPointer(rebasing: raw[split...]))
+                }
+                #expect(digest.bytes == expected, "\(length) bytes split at \(split)")
+            }
+        }
+    }
+
     /// Lengths libcrypto takes as `int` are checked: a length over 2 GiB is a thrown error, not a trap.
     @Test func lengthsOverInt32AreErrorsNotTraps() throws {
         #expect(try int32Length(Int(Int32.max), "op") == Int32.max)
