@@ -135,7 +135,18 @@ public struct ByteReader {
     }
 
     /// A LEB128 varint in its shortest form (no trailing zero byte) whose value fits 64 bits.
+    @inline(__always)
     public mutating func varint() throws(DecodingFailure) -> UInt64 {
+        // One byte (a value under 128): most varints of a record (times, lengths, counts).
+        if offset < buffer.count, buffer[offset] < 0x80 {
+            defer { offset += 1 }
+            return UInt64(buffer[offset])
+        }
+        return try longVarint()
+    }
+
+    /// ``varint()`` of more than one byte (or none left).
+    private mutating func longVarint() throws(DecodingFailure) -> UInt64 {
         let start = offset
         var value: UInt64 = 0
         var shift: UInt64 = 0
@@ -244,10 +255,15 @@ public struct ByteReader {
         return Array(buffer[offset..<offset + count])
     }
 
+    @inline(__always)
     private func ensure(_ count: Int) throws(DecodingFailure) {
-        guard count >= 0, count <= remaining else {
-            throw DecodingFailure("truncated: needed \(count) bytes at offset \(offset), \(remaining) left")
-        }
+        guard count >= 0, count <= remaining else { throw truncated(count) }
+    }
+
+    /// The failure of ``ensure(_:)``, out of line: the check itself stays a compare in its callers.
+    @inline(never)
+    private func truncated(_ count: Int) -> DecodingFailure {
+        DecodingFailure("truncated: needed \(count) bytes at offset \(offset), \(remaining) left")
     }
 
     private mutating func integer<T: FixedWidthInteger>() throws(DecodingFailure) -> T {
