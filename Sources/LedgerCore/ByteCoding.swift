@@ -224,6 +224,14 @@ public struct ByteReader {
         guard remaining == 0 else { throw DecodingFailure("\(remaining) unexpected trailing bytes") }
     }
 
+    /// The bytes of a ``shortBytes()`` value, lent in place (valid while the buffer is).
+    mutating func shortBytesInPlace() throws(DecodingFailure) -> UnsafeRawBufferPointer {
+        let count = try count()
+        try ensure(count)
+        defer { offset += count }
+        return UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + count])
+    }
+
     /// ``shortString()``, looked up first among the strings `strings` has seen (each was validated
     /// when first decoded), so a string seen before costs neither validation nor allocation.
     mutating func shortString(through strings: DecodedStrings) throws(DecodingFailure) -> String {
@@ -290,7 +298,7 @@ final class DecodedStrings {
     }
 
     /// Whether two buffers of the same length hold the same bytes (compared 8 at a time).
-    private static func equal(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+    static func equal(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
         var offset = 0
         while offset + 8 <= a.count {
             guard a.loadUnaligned(fromByteOffset: offset, as: UInt64.self) == b.loadUnaligned(fromByteOffset: offset, as: UInt64.self) else {
