@@ -84,10 +84,13 @@ public struct InvariantChecker: Sendable {
     private let lean: Bool
     /// In lean mode: the lineages' states.
     public private(set) var leanLineages = PackedLineages()
+    /// In lean mode: the numbers in ``leanLineages`` of the product ids views name, by the views'
+    /// numbers (``numberViewProducts(_:)``).
+    private var viewProducts: [UInt32] = []
     /// In lean mode: the lineage the record being checked works on (a record mostly names one),
     /// read from ``leanLineages`` once and stored back when the record ends or names another.
     private var workingLineage: LineageKey?
-    private var workingState: LineageState?
+    private var workingState: PlainLineage?
     private var workingChanged = false
     /// In lean mode: whether the working lineage is in the set of the account its binding names.
     private var workingCounted = false
@@ -141,7 +144,7 @@ public struct InvariantChecker: Sendable {
     private mutating func lineageFacts(_ lineage: LineageKey) -> LineageFacts {
         guard lean else { return LineageFacts(state.lineages[lineage]) }
         loadWorkingLineage(lineage)
-        return LineageFacts(workingState)
+        return LineageFacts(plain: workingState)
     }
 
     private struct LineageFacts {
@@ -155,6 +158,14 @@ public struct InvariantChecker: Sendable {
                 self.entitlement = (entitlement.account, entitlement.revokedAt, entitlement.endedBecause != nil)
             }
         }
+
+        init(plain state: PlainLineage?) {
+            guard let state else { return }
+            binding = state.binding
+            if let entitlement = state.entitlement {
+                self.entitlement = (entitlement.account, entitlement.revokedAt, entitlement.endedBecause != nil)
+            }
+        }
     }
 
     /// Makes `lineage` the working lineage (lean mode).
@@ -162,14 +173,14 @@ public struct InvariantChecker: Sendable {
         guard workingLineage != lineage else { return }
         storeWorkingLineage()
         workingLineage = lineage
-        let entry = leanLineages.entry(lineage)
+        let entry = leanLineages.plainEntry(lineage)
         workingState = entry?.state
         workingCounted = entry?.marked ?? false
     }
 
     /// Stores the working lineage's state back when it changed (lean mode).
     private mutating func storeWorkingLineage() {
-        if workingChanged, let workingLineage { leanLineages.set(workingLineage, workingState, marked: workingCounted) }
+        if workingChanged, let workingLineage { leanLineages.set(workingLineage, plain: workingState, marked: workingCounted) }
         workingChanged = false
     }
 
@@ -212,18 +223,43 @@ public struct InvariantChecker: Sendable {
         }
     }
 
+    /// Numbers the product ids the views checked next name: the views' number k is `names[k]` of
+    /// all the names given so far, in order (lean mode).
+    public mutating func numberViewProducts(_ names: [String]) {
+        for name in names { viewProducts.append(leanLineages.productNumber(of: name)) }
+    }
+
+    /// ``check(sequence:events:)`` of a record whose events are all views (lean mode: a whole-log
+    /// replay; a grant's product is a number of ``numberViewProducts(_:)``).
+    public mutating func check(sequence seq: UInt64, views: ArraySlice<EventView>) {
+        precondition(lean, "views are checked by a lean checker")
+        if seq != lastSequence + 1 {
+            violations.append(InvariantViolation(invariant: 8, sequence: seq, message: "sequence \(seq) follows \(lastSequence)"))
+        }
+        lastSequence = seq
+        cause = .none
+        defer { storeWorkingLineage() }
+        for var view in views where lineageRange == nil || keeps(view.lineage) {
+            if view.kind == .entitlementGranted { view.product = viewProducts[Int(view.product)] }
+            checkBeforeApplying(view, sequence: seq)
+            evolveLean(view)
+        }
+    }
+
     /// Checks one event of the record at `seq` against the state so far, then applies it.
     private mutating func check(_ event: LedgerEvent, sequence seq: UInt64) throws {
+        if let view = lean ? EventView(event, product: { leanLineages.productNumber(of: $0) }) : EventView(event, product: { _ in 0 }) {
+            checkBeforeApplying(view, sequence: seq)
+            if lean { evolveLean(view) } else { StateProjection.evolve(&state, event) }
+            return
+        }
         func violated(_ invariant: Int, _ message: String) {
             violations.append(InvariantViolation(invariant: invariant, sequence: seq, message: message))
         }
         switch event {
-        case .transactionSubmitted(let s):
-            cause = Cause(s)
-        case .notificationReceived(let n):
-            cause = Cause(n)
-        case .accountDeletionRequested:
-            cause = .none
+        case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .lineageBound, .entitlementGranted,
+            .entitlementEnded, .entitlementRevoked, .entitlementReinstated, .lineageTombstoned, .accountDeleted, .decisionIssued:
+            break  // a view: checked above
         case .staffEnrolled, .staffRemoved:
             cause = .none
             if let change = RosterChange(event) { try check(change, sequence: seq) }
@@ -272,7 +308,31 @@ public struct InvariantChecker: Sendable {
             if let entitlement = lineageFacts(e.lineage).entitlement, entitlement.account == e.source.account, !entitlement.ended {
                 violated(6, "transfer \(e.caseId) applied while the previous account still holds a live entitlement on \(e.lineage)")
             }
-        case .lineageBound(let lineage, let account):
+        case .storeUpgraded(let e):
+            if seq == 1 { formatOneThrough = 1 + e.copiedRecords }
+        }
+
+        if lean {
+            evolveLean(event)
+        } else {
+            StateProjection.evolve(&state, event)
+        }
+    }
+
+    /// The checks of a fact, an effect or a decision (a view) before it is applied.
+    private mutating func checkBeforeApplying(_ event: EventView, sequence seq: UInt64) {
+        func violated(_ invariant: Int, _ message: String) {
+            violations.append(InvariantViolation(invariant: invariant, sequence: seq, message: message))
+        }
+        let zero = AccountID(Key128.zero)
+        switch event.kind {
+        case .transactionSubmitted, .notificationReceived:
+            cause = Cause(event)
+        case .accountDeletionRequested:
+            cause = .none
+        case .lineageBound:
+            guard let lineage = event.lineage else { return }
+            let account = event.account ?? zero
             let binding = lineageFacts(lineage).binding
             if binding != .unbound {
                 violated(binding.isTombstone ? 4 : 1, "lineage \(lineage) bound to \(account) while \(binding.summary)")
@@ -287,60 +347,55 @@ public struct InvariantChecker: Sendable {
             } else {
                 violated(2, "lineage \(lineage) bound without a verified transaction")
             }
-        case .entitlementGranted(let e):
-            let current = lineageFacts(e.lineage)
+        case .entitlementGranted:
+            guard let lineage = event.lineage else { return }
+            let account = event.account ?? zero
+            let current = lineageFacts(lineage)
             let binding = current.binding
             if binding.isTombstone {
-                violated(4, "tombstoned lineage \(e.lineage) granted an entitlement")
-            } else if binding != .bound(e.account) {
-                violated(3, "entitlement granted to \(e.account), which is not bound to lineage \(e.lineage)")
+                violated(4, "tombstoned lineage \(lineage) granted an entitlement")
+            } else if binding != .bound(account) {
+                violated(3, "entitlement granted to \(account), which is not bound to lineage \(lineage)")
             }
             // A bound lineage without an entitlement was just bound by its account's own submission, or
             // moved by a support transfer: only the bound account's verified submission grants it.
-            if case .bound(let owner) = binding, current.entitlement == nil, !isOwnSubmission(on: e.lineage, by: owner) {
-                violated(4, "lineage \(e.lineage) granted an entitlement without a verified restore by its bound account \(owner)")
+            if case .bound(let owner) = binding, current.entitlement == nil, !isOwnSubmission(on: lineage, by: owner) {
+                violated(4, "lineage \(lineage) granted an entitlement without a verified restore by its bound account \(owner)")
             }
-            if let facts = causeFacts(for: e.lineage) {
-                if facts.familyShared { violated(7, "FAMILY_SHARED transaction granted on \(e.lineage)") }
+            if let facts = causeFacts(for: lineage) {
+                if facts.familyShared { violated(7, "FAMILY_SHARED transaction granted on \(lineage)") }
                 // `entitlementReinstated` clears `revokedAt` first, so a reversed refund passes.
                 if let revokedAt = current.entitlement?.revokedAt, facts.purchaseDate <= revokedAt {
-                    violated(3, "a transaction purchased before the refund granted the revoked entitlement on \(e.lineage) again")
+                    violated(3, "a transaction purchased before the refund granted the revoked entitlement on \(lineage) again")
                 }
             } else {
-                violated(3, "entitlement on \(e.lineage) granted without a verified store transaction")
+                violated(3, "entitlement on \(lineage) granted without a verified store transaction")
             }
-        case .entitlementEnded(let lineage, let account, _), .entitlementRevoked(let lineage, let account, _),
-            .entitlementReinstated(let lineage, let account):
+        case .entitlementEnded, .entitlementRevoked, .entitlementReinstated:
+            guard let lineage = event.lineage else { return }
+            let account = event.account ?? zero
             if lineageFacts(lineage).entitlement?.account != account {
                 violated(3, "\(event.name) for \(account), which holds no entitlement on \(lineage)")
             }
-        case .lineageTombstoned(let lineage, let account):
+        case .lineageTombstoned:
+            guard let lineage = event.lineage else { return }
+            let account = event.account ?? zero
             if lineageFacts(lineage).binding != .bound(account) {
                 violated(2, "lineage \(lineage) tombstoned for \(account), which does not own it")
             }
-        case .accountDeleted(let account):
+        case .accountDeleted:
+            let account = event.account ?? zero
             let bound = lean ? Int(boundCounts[account] ?? 0) : state.accountLineages[account]?.count ?? 0
             if lineageRange != nil {
                 if bound > 0 { deletionsWhileBound.append((seq, account, bound)) }
             } else if bound > 0 {
                 violated(1, Self.deletedWhileBound(account, bound))
             }
-        case .storeUpgraded(let e):
-            if seq == 1 { formatOneThrough = 1 + e.copiedRecords }
         case .decisionIssued:
-            break
-        }
-
-        if lean {
-            evolveLean(event)
-        } else {
-            StateProjection.evolve(&state, event)
-        }
-
-        if case .decisionIssued(let decision) = event, let facts = causeFacts(for: decision.lineage),
-            facts.familyShared, decision.reason != .familyShared
-        {
-            violated(7, "FAMILY_SHARED transaction decided \(decision.reason.code) instead of family-sharing-unsupported")
+            // Checked against the record's cause, which applying a decision does not change.
+            if let reason = event.decision, let facts = causeFacts(for: event.lineage), facts.familyShared, reason != .familyShared {
+                violated(7, "FAMILY_SHARED transaction decided \(reason.code) instead of family-sharing-unsupported")
+            }
         }
     }
 
@@ -349,20 +404,45 @@ public struct InvariantChecker: Sendable {
         "account \(account) deleted while still bound to \(bound) lineage(s)"
     }
 
-    /// Applies `event` to the packed lineages and the rest of the state, without account sets: what
+    /// Applies a view to the packed lineages and the rest of the state, without account sets: what
     /// it does to the full checker's sets it does to the bound counts (see ``lean``).
-    private mutating func evolveLean(_ event: LedgerEvent) {
-        if case .accountDeleted(let account) = event {
+    private mutating func evolveLean(_ event: EventView) {
+        if event.kind == .accountDeleted, let account = event.account {
             if boundCounts.removeValue(forKey: account) ?? 0 > 0 { deletedWhileBound.insert(account) }
             if !countedApart.isEmpty { countedApart[account] = nil }
+            // What `StateProjection.evolve(beyondLineages:_:accountLineages:)` does for a deletion (and
+            // for no other view without account sets).
+            state.deletedAccounts.insert(account)
         }
+        guard let changed = StateProjection.changedLineage(event), keeps(changed) else { return }
+        changeWorkingLineage(changed) { StateProjection.evolve(lineage: &$0, event) }
+        guard let account = event.account else { return }
+        switch event.kind {
+        case .lineageBound: count(account, changed, true)
+        case .lineageTombstoned: count(account, changed, false)
+        default: break
+        }
+    }
+
+    /// Applies a roster or transfer step or the upgrade record (events with no view) in lean mode.
+    private mutating func evolveLean(_ event: LedgerEvent) {
         StateProjection.evolve(beyondLineages: &state, event, accountLineages: false)
         // A transfer applied to a lineage of another range changes only its case here.
-        guard let changed = StateProjection.changedLineage(event), keeps(changed) else { return }
+        guard case .transferApplied(let e) = event, keeps(e.lineage) else { return }
+        // As `StateProjection.evolve(lineage:_:)` applies a transfer: bound to the target, no entitlement.
+        changeWorkingLineage(e.lineage) { $0 = PlainLineage(binding: .bound(e.target)) }
+        count(e.source.account, e.lineage, false)
+        count(e.target, e.lineage, true)
+    }
+
+    /// Changes the state of `changed` (made the working lineage) with `evolve`, moving the marks of
+    /// the accounts its binding names before and after (lean mode).
+    @inline(__always)
+    private mutating func changeWorkingLineage(_ changed: LineageKey, _ evolve: (inout PlainLineage?) -> Void) {
         loadWorkingLineage(changed)
         let before = workingState?.binding.account
         let beforeCounted = before.map { counts($0, changed) } ?? false
-        StateProjection.evolve(lineage: &workingState, event)
+        evolve(&workingState)
         workingChanged = true
         let after = workingState?.binding.account
         if after != before {
@@ -373,14 +453,6 @@ public struct InvariantChecker: Sendable {
                 if countedApart[after]?.isEmpty == true { countedApart[after] = nil }
                 workingCounted = true
             }
-        }
-        switch event {
-        case .lineageBound(let lineage, let account): count(account, lineage, true)
-        case .lineageTombstoned(let lineage, let account): count(account, lineage, false)
-        case .transferApplied(let e):
-            count(e.source.account, e.lineage, false)
-            count(e.target, e.lineage, true)
-        default: break
         }
     }
 
@@ -477,7 +549,6 @@ public struct InvariantChecker: Sendable {
         struct Facts {
             var familyShared: Bool
             var purchaseDate: Timestamp
-            init(_ facts: TransactionFacts) { (familyShared, purchaseDate) = (facts.ownership == .familyShared, facts.purchaseDate) }
         }
         var submission: (kind: SubmissionKind, account: AccountID?)?
         var isNotification = false
@@ -488,12 +559,15 @@ public struct InvariantChecker: Sendable {
         static var none: Cause { Cause() }
         private init() {}
 
-        init(_ s: TransactionSubmitted) {
-            (submission, lineage, facts) = ((s.kind, s.account), s.lineage, Facts(s.transaction))
-        }
-
-        init(_ n: NotificationReceived) {
-            (isNotification, lineage, facts) = (true, n.lineage, n.transaction.map(Facts.init))
+        /// The cause a submission's or a notification's view opens.
+        init(_ event: EventView) {
+            lineage = event.lineage
+            facts = event.transaction.map { Facts(familyShared: $0.familyShared, purchaseDate: $0.purchaseDate) }
+            if event.kind == .transactionSubmitted, let kind = event.submission {
+                submission = (kind, event.account)
+            } else {
+                isNotification = true
+            }
         }
     }
 }

@@ -68,6 +68,44 @@ public struct PackedLineages: Sendable {
     private static let mark: UInt8 = 0x40
 
     private func unpack(_ lineage: LineageKey, _ slot: Slot) -> LineageState {
+        let plain = self.plain(lineage, slot)
+        return LineageState(
+            binding: plain.binding,
+            entitlement: plain.entitlement.map {
+                Entitlement(
+                    account: $0.account, productId: products[Int($0.product)], expiresAt: $0.expiresAt, revokedAt: $0.revokedAt,
+                    endedBecause: $0.endedBecause)
+            })
+    }
+
+    private mutating func pack(_ lineage: LineageKey, _ state: LineageState) -> Slot {
+        pack(
+            lineage,
+            PlainLineage(
+                binding: state.binding,
+                entitlement: state.entitlement.map {
+                    PlainLineage.Entitlement(
+                        account: $0.account, product: number(of: $0.productId), expiresAt: $0.expiresAt, revokedAt: $0.revokedAt,
+                        endedBecause: $0.endedBecause)
+                }))
+    }
+
+    /// The state of `lineage` as plain values, and its mark (``entry(_:)``).
+    public func plainEntry(_ lineage: LineageKey) -> (state: PlainLineage, marked: Bool)? {
+        slots[lineage].map { (plain(lineage, $0), $0.flags & Self.mark != 0) }
+    }
+
+    /// Stores `state` (nil: removes the lineage) with its mark; its product is a number of ``productNumber(of:)``.
+    public mutating func set(_ lineage: LineageKey, plain state: PlainLineage?, marked: Bool) {
+        if !otherAccounts.isEmpty { otherAccounts[lineage] = nil }
+        slots[lineage] = state.map {
+            var slot = pack(lineage, $0)
+            if marked { slot.flags |= Self.mark }
+            return slot
+        }
+    }
+
+    private func plain(_ lineage: LineageKey, _ slot: Slot) -> PlainLineage {
         let owner = AccountID(slot.account)
         let binding: Binding =
             switch slot.flags & 3 {
@@ -75,16 +113,16 @@ public struct PackedLineages: Sendable {
             case 2: .tombstoned(formerAccount: owner)
             default: .unbound
             }
-        guard slot.flags & 4 != 0 else { return LineageState(binding: binding) }
-        return LineageState(
+        guard slot.flags & 4 != 0 else { return PlainLineage(binding: binding) }
+        return PlainLineage(
             binding: binding,
-            entitlement: Entitlement(
-                account: slot.flags & 8 == 0 ? owner : otherAccounts[lineage] ?? owner, productId: products[Int(slot.product)],
+            entitlement: PlainLineage.Entitlement(
+                account: slot.flags & 8 == 0 ? owner : otherAccounts[lineage] ?? owner, product: slot.product,
                 expiresAt: slot.flags & 0x10 == 0 ? nil : slot.expiresAt, revokedAt: slot.flags & 0x20 == 0 ? nil : slot.revokedAt,
                 endedBecause: EntitlementEndReason(rawValue: slot.ended)))
     }
 
-    private mutating func pack(_ lineage: LineageKey, _ state: LineageState) -> Slot {
+    private mutating func pack(_ lineage: LineageKey, _ state: PlainLineage) -> Slot {
         var slot = Slot(account: .zero, expiresAt: 0, revokedAt: 0, product: 0, flags: 0, ended: 0)
         var owner: AccountID?
         switch state.binding {
@@ -99,13 +137,16 @@ public struct PackedLineages: Sendable {
                 slot.flags |= 8
                 otherAccounts[lineage] = entitlement.account
             }
-            slot.product = number(of: entitlement.productId)
+            slot.product = entitlement.product
             if let expiresAt = entitlement.expiresAt { (slot.flags, slot.expiresAt) = (slot.flags | 0x10, expiresAt) }
             if let revokedAt = entitlement.revokedAt { (slot.flags, slot.revokedAt) = (slot.flags | 0x20, revokedAt) }
             slot.ended = entitlement.endedBecause?.rawValue ?? 0
         }
         return slot
     }
+
+    /// The number ``PlainLineage`` names `product` by (numbered when new).
+    public mutating func productNumber(of product: String) -> UInt32 { number(of: product) }
 
     /// The number of a product id, numbering it when new (the one packed last is checked first: a
     /// replay mostly sees the same few).
@@ -123,5 +164,30 @@ public struct PackedLineages: Sendable {
         products.append(own)
         productNumbers[own] = lastProduct
         return lastProduct
+    }
+}
+
+/// A lineage's state as ``PackedLineages`` keeps it, in plain values: ``LineageState`` with its
+/// product id by number (``PackedLineages/productNumber(of:)``), nothing reference-counted.
+public struct PlainLineage: Equatable, Sendable {
+    public struct Entitlement: Equatable, Sendable {
+        public var account: AccountID
+        public var product: UInt32
+        public var expiresAt: Timestamp?
+        public var revokedAt: Timestamp?
+        public var endedBecause: EntitlementEndReason?
+
+        public init(
+            account: AccountID, product: UInt32, expiresAt: Timestamp?, revokedAt: Timestamp? = nil, endedBecause: EntitlementEndReason? = nil
+        ) {
+            (self.account, self.product, self.expiresAt, self.revokedAt, self.endedBecause) = (account, product, expiresAt, revokedAt, endedBecause)
+        }
+    }
+    public var binding: Binding
+    public var entitlement: Entitlement?
+
+    public init(binding: Binding = .unbound, entitlement: Entitlement? = nil) {
+        self.binding = binding
+        self.entitlement = entitlement
     }
 }

@@ -99,6 +99,39 @@ public enum StateProjection {
         }
     }
 
+    /// The lineage whose state a view changes (``changedLineage(_:)``; a view is never a transfer).
+    public static func changedLineage(_ event: EventView) -> LineageKey? {
+        switch event.kind {
+        case .lineageBound, .entitlementGranted, .entitlementEnded, .entitlementRevoked, .entitlementReinstated, .lineageTombstoned: event.lineage
+        case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .accountDeleted, .decisionIssued: nil
+        }
+    }
+
+    /// ``evolve(lineage:_:)`` of a view, on the lineage's state in plain values (a whole-log replay's).
+    public static func evolve(lineage state: inout PlainLineage?, _ event: EventView) {
+        switch event.kind {
+        case .lineageBound:
+            guard let account = event.account else { return }
+            state = PlainLineage(binding: .bound(account), entitlement: state?.entitlement)
+        case .entitlementGranted:
+            guard let account = event.account else { return }
+            state = PlainLineage(
+                binding: state?.binding ?? .unbound,
+                entitlement: PlainLineage.Entitlement(account: account, product: event.product, expiresAt: event.time))
+        case .entitlementEnded:
+            state?.entitlement?.endedBecause = event.endReason
+        case .entitlementRevoked:
+            state?.entitlement?.revokedAt = event.time
+        case .entitlementReinstated:
+            state?.entitlement?.revokedAt = nil
+        case .lineageTombstoned:
+            guard let account = event.account else { return }
+            state = PlainLineage(binding: .tombstoned(formerAccount: account), entitlement: state?.entitlement)
+        case .transactionSubmitted, .notificationReceived, .accountDeletionRequested, .accountDeleted, .decisionIssued:
+            break
+        }
+    }
+
     /// Everything `event` changes besides lineage states: the account sets (with `accountLineages`),
     /// deleted accounts, the roster and transfer cases.
     public static func evolve(beyondLineages state: inout LedgerState, _ event: LedgerEvent, accountLineages: Bool) {

@@ -127,6 +127,22 @@ public func forEachImpliedEntry(
     lineages.forEach { body(.lineage($0, sequence: sequence, command: command)) }
 }
 
+/// ``forEachImpliedEntry(sequence:command:events:caseLineage:_:)`` of a record whose events are all
+/// views (a replay's usual record: no transfer step, so no case to look up).
+public func forEachImpliedEntry(sequence: UInt64, command: Key128, views: ArraySlice<EventView>, _ body: (IndexEntry) -> Void) {
+    let fact = views.first
+    let home = fact?.kind == .transactionSubmitted || fact?.kind == .notificationReceived ? fact?.lineage : nil
+    if home == nil { body(.command(command, sequence: sequence)) }
+    var lineages = MentionedLineages()
+    for view in views {
+        if let lineage = view.lineage { lineages.add(lineage) }
+    }
+    for view in views where view.kind == .lineageBound {
+        if let lineage = view.lineage, let account = view.account { body(.accountLineage(account, lineage, sequence: sequence)) }
+    }
+    lineages.forEach { body(.lineage($0, sequence: sequence, command: command)) }
+}
+
 /// Lineages in order of first mention, each once, with no allocation for the usual one.
 private struct MentionedLineages {
     private var first: LineageKey?

@@ -389,21 +389,27 @@ struct Analysis {
     var needsRepair: Bool { !damagedIndexes.isEmpty || readModelsDiffer || staleModelVersion }
 
     /// Decoded records handed from the thread that reads, hashes and decodes the log to the one that
-    /// checks and folds: the events of every record in one array, and each record's command, where
-    /// its events end, and whether the reading thread already hashed the index entries it implies
-    /// (``hashImpliedEntries(_:normalize:into:)``).
+    /// checks and folds. A record is either views (``EventView``: plain values, the usual record) or,
+    /// when one of its events has no view (a roster or transfer step, the upgrade record), its
+    /// ``LedgerEvent``s: the views of all records in one array, the events in another, and each
+    /// record's command, where its views and its events end (a record of views ends no events), and
+    /// whether the reading thread already hashed the index entries it implies
+    /// (``hashImpliedEntries(_:normalize:into:)``). `products` are the names of the product ids the
+    /// reading thread numbered (``ViewProductNumbers``) since the batch before.
     /// The first pass also hands over the leaf hash of every record from `first` on, for the
     /// folding thread to link into the chain (after a record that does not decode, leaves only).
     struct Batch {
         var first: UInt64
+        var views: [EventView] = []
         var events: [LedgerEvent] = []
-        var records: [(command: Key128, end: Int, impliedHashed: Bool)] = []
+        var records: [(command: Key128, views: Int, events: Int, impliedHashed: Bool)] = []
+        var products: [String] = []
         var leaves: [Digest32] = []
         static let capacity = 1_024
 
         init(first: UInt64) {
             self.first = first
-            events.reserveCapacity(Self.capacity * 4)
+            views.reserveCapacity(Self.capacity * 4)
             records.reserveCapacity(Self.capacity)
         }
 
@@ -415,10 +421,19 @@ struct Analysis {
         /// or refusal, whose entries name the lineage of its case, which only the folding thread knows.
         /// The entries' multiset hashes are sums, so which thread adds an entry does not matter.
         mutating func hashImpliedEntries(normalize: (IndexEntry) -> IndexEntry, into implied: inout [MultisetHash]) {
-            var start = 0
+            var (viewStart, start) = (0, 0)
             for index in records.indices {
-                let events = self.events[start..<records[index].end]
-                start = records[index].end
+                defer { (viewStart, start) = (records[index].views, records[index].events) }
+                guard records[index].events > start else {
+                    forEachImpliedEntry(
+                        sequence: first + UInt64(index), command: records[index].command, views: views[viewStart..<records[index].views]
+                    ) {
+                        entry in implied[entry.index.position].add(normalize(entry))
+                    }
+                    records[index].impliedHashed = true
+                    continue
+                }
+                let events = self.events[start..<records[index].events]
                 let namesCase = events.contains {
                     switch $0 {
                     case .transferApproved, .transferRefused: true
@@ -555,10 +570,26 @@ struct Analysis {
                 linked += 1
                 chain = try hasher.chain(chain, sequence: linked, leaf: leaf)
             }
-            var start = 0
+            checker.numberViewProducts(batch.products)
+            var (viewStart, start) = (0, 0)
             var sequence = batch.first
             for record in batch.records {
-                let events = batch.events[start..<record.end]
+                defer {
+                    (viewStart, start) = (record.views, record.events)
+                    sequence += 1
+                }
+                guard record.events > start else {
+                    let views = batch.views[viewStart..<record.views]
+                    checker.check(sequence: sequence, views: views)
+                    if indexes && !record.impliedHashed {
+                        forEachImpliedEntry(sequence: sequence, command: record.command, views: views) { entry in
+                            implied[entry.index.position].add(normalize(entry))
+                        }
+                    }
+                    self.events += UInt64(views.count)
+                    continue
+                }
+                let events = batch.events[start..<record.events]
                 try checker.check(sequence: sequence, events: events)
                 if indexes && !record.impliedHashed {
                     let transfers = checker.state.transfers
@@ -569,8 +600,6 @@ struct Analysis {
                     }
                 }
                 self.events += UInt64(events.count)
-                start = record.end
-                sequence += 1
             }
         }
     }
@@ -603,13 +632,14 @@ struct Analysis {
         let normalizer = Normalizer(reader: reader)
         Thread.detachNewThread { fold.run(handoff, normalize: normalizer.normalize) }
         var batch = Batch(first: 1)
-        let decoder = RecordDecoder()
+        var decoder = RecordViewDecoder()
         /// The first record that does not decode or goes back in time: the records after it are not folded.
         var decodeFault: ChainFault?
         var lastRecordedAt: Timestamp = 0
         /// Hands a batch over (dropped once the other thread has stopped). When the folding thread is
         /// behind, this one first hashes the batch's implied entries instead of waiting for room.
         func send(_ batch: inout Batch) {
+            batch.products = decoder.takeNewProductNames()
             if hashing && (readerHashing == .always || handoff.isBacklogged) {
                 batch.hashImpliedEntries(normalize: normalizer.normalize, into: &impliedHere)
             }
@@ -623,15 +653,16 @@ struct Analysis {
                     else { return false }
                 }
                 if decodeFault == nil {
-                    let start = batch.events.count
+                    let (views, events) = (batch.views.count, batch.events.count)
                     do throws(RecordDecodingError) {
-                        let record = try decoder.decode(bytes, sequence: sequence, appendingEventsTo: &batch.events)
+                        let record = try decoder.decode(bytes, sequence: sequence, views: &batch.views, events: &batch.events)
                         if record.recordedAt < lastRecordedAt {
-                            batch.events.removeSubrange(start...)
+                            batch.views.removeSubrange(views...)
+                            batch.events.removeSubrange(events...)
                             decodeFault = ChainFault(sequence: sequence, through: sequence, reason: "recorded before the record preceding it")
                         } else {
                             lastRecordedAt = record.recordedAt
-                            batch.records.append((record.command, batch.events.count, false))
+                            batch.records.append((record.command, batch.views.count, batch.events.count, false))
                         }
                     } catch {
                         decodeFault = ChainFault(sequence: sequence, through: sequence, reason: error.reason)
