@@ -29,6 +29,14 @@ final class PostgresAccess: EngineReader, EngineWriter {
     private var prefetchedCommands: [Key128: (sequence: UInt64, bytes: [UInt8])?] = [:]
     private var prefetchedVaultKeys: [Key128: AccountID?] = [:]
     private var prefetchedReadModels: [[UInt8]: [UInt8]?] = [:]
+    /// The head's write generation as the group's lock set it (its own), and the head's sequence then.
+    private(set) var lockedGeneration: Int64?
+    private var lockedSequence: UInt64?
+    /// Fingerprints of the keys this write group wrote (``ChangeLog``), recorded in `ledger_changes`
+    /// at `COMMIT`; nil once there are too many to list (the row then says "every key").
+    private var writtenKeys: [UInt64]? = []
+    /// Called between a group's snapshot reads and its lock (tests make another writer commit there).
+    var afterSnapshotReads: (() throws -> Void)?
 
     init(connection: PostgresConnection, store: String, writing: Bool) {
         self.connection = connection
@@ -43,9 +51,12 @@ final class PostgresAccess: EngineReader, EngineWriter {
     func begin() { lockPending = true }
 
     /// Sends the queued writes and `COMMIT` in one round trip.
+    /// Sends the queued writes, the group's `ledger_changes` row (``ChangeLog``) and `COMMIT` in one round trip.
     func commit() throws {
+        if lockPending { try run([]) }
+        guard let lockedSequence else { throw LedgerStoreError.corrupt("the write group holds no head lock") }
         commitSent = true
-        try run(pending + [PostgresStatement("COMMIT")])
+        try run(pending + [ChangeLog.recordStatement(writtenKeys, from: lockedSequence), PostgresStatement("COMMIT")])
         pending = []
     }
 
@@ -61,22 +72,94 @@ final class PostgresAccess: EngineReader, EngineWriter {
     @discardableResult
     private func run(_ statements: [PostgresStatement]) throws -> [PostgresRows] {
         guard lockPending else { return try connection.pipeline(statements) }
-        let rows = try connection.pipeline(
-            [PostgresStatement("BEGIN"), PostgresStatement("SELECT sequence, chain_hash, recorded_at, frontier FROM ledger_head FOR UPDATE")]
-                + statements)
+        let rows = try connection.pipeline([PostgresStatement("BEGIN"), ChangeLog.lockStatement] + statements)
         lockPending = false
         lockedHead = try PostgresRowDecoding.head(rows[1])
+        lockedSequence = lockedHead?.sequence
+        lockedGeneration = try withExtendedLifetime(rows[1]) { try PostgresRowDecoding.int64(rows[1].value(0, 4)) }
         return Array(rows.dropFirst(2))
     }
 
     /// Reads the latest records of `commands`, the pseudonyms of `vaultKeys` and the states of
-    /// `lineages` in one pipeline (with the head's lock, when it is the group's first statement):
-    /// ``latestRecords(of:)``, ``pseudonyms(vaultKeys:)`` and ``lineageStates(_:)`` answer each key
-    /// once from what it read, and ask the server only for the others.
+    /// `lineages` for the write group about to lock the head: ``latestRecords(of:)``,
+    /// ``pseudonyms(vaultKeys:)`` and ``lineageStates(_:)`` answer each key once from what it read,
+    /// and ask the server only for the others.
+    ///
+    /// As the group's first statement, the reads run optimistically, outside the lock: in one
+    /// snapshot (with the head's write generation G), while another writer may hold the lock. Then
+    /// the lock, in one pipeline with the `ledger_changes` rows after G: every key a group committed
+    /// since the snapshot wrote is read again under the lock (all of them when a row is missing,
+    /// pruned, or says "every key"). What the group decides on is thus what it would have read
+    /// under the lock (``ChangeLog``).
     func prefetch(commands: [CommandRef], vaultKeys: [Key128], lineages: [LineageKey]) throws {
         let commands = Array(Set(commands))
         let vaultKeys = Array(Set(vaultKeys))
         let readModelKeys = Array(Set(lineages)).map(ReadModel.lineageKey)
+        guard writing, lockPending, pending.isEmpty, !(commands.isEmpty && vaultKeys.isEmpty && readModelKeys.isEmpty) else {
+            return try readUnderLock(commands: commands, vaultKeys: vaultKeys, readModelKeys: readModelKeys)
+        }
+        // The snapshot, outside the lock (its rows decoded before the lock is asked for).
+        var statements = [PostgresStatement("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"), ChangeLog.generationStatement]
+        if !commands.isEmpty { statements.append(Self.latestRecordsStatement(commands)) }
+        if !vaultKeys.isEmpty { statements.append(Self.pseudonymsStatement(vaultKeys)) }
+        if !readModelKeys.isEmpty { statements.append(Self.readModelsStatement(readModelKeys)) }
+        var rows = try connection.pipeline(statements + [PostgresStatement("COMMIT")])[1...]
+        let generationRows = rows.removeFirst()
+        let snapshot = try withExtendedLifetime(generationRows) {
+            (
+                generation: try PostgresRowDecoding.int64(generationRows.value(0, 0)),
+                sequence: try PostgresRowDecoding.int64(generationRows.value(0, 1))
+            )
+        }
+        let foundCommands = commands.isEmpty ? [:] : try decodeLatestRecords(rows.removeFirst())
+        let foundVaultKeys = vaultKeys.isEmpty ? [:] : try decodePseudonyms(rows.removeFirst(), asked: vaultKeys)
+        let foundReadModels =
+            readModelKeys.isEmpty
+            ? [:] : Dictionary(decodeReadModels(rows.removeFirst(), asked: readModelKeys), uniquingKeysWith: { first, _ in first })
+        try afterSnapshotReads?()
+        // The lock, and what changed since the snapshot.
+        let changes = try run([ChangeLog.changesStatement(after: snapshot.generation)])[0]
+        guard let generation = lockedGeneration, let sequence = lockedSequence else {
+            throw LedgerStoreError.corrupt("the head's write generation is missing")
+        }
+        let changed = try ChangeLog.changedKeys(changes, snapshot: snapshot, locked: (generation, Int64(sequence)))
+        if changed == nil { snapshotsDropped += 1 }
+        // Each key answered from the snapshot unless changed since; the changed ones read again now.
+        var stale: (commands: [CommandRef], vaultKeys: [Key128], readModelKeys: [[UInt8]]) = ([], [], [])
+        for command in commands {
+            if changed?.contains(ChangeLog.fingerprint(command: command.key)) == false {
+                prefetchedCommands.updateValue(foundCommands[command.key], forKey: command.key)
+            } else {
+                stale.commands.append(command)
+            }
+        }
+        for key in vaultKeys {
+            if changed?.contains(ChangeLog.fingerprint(vaultKey: key)) == false {
+                prefetchedVaultKeys.updateValue(foundVaultKeys[key], forKey: key)
+                if foundVaultKeys[key] == nil { absentVaultKeys.insert(key) }
+            } else {
+                stale.vaultKeys.append(key)
+            }
+        }
+        for key in readModelKeys {
+            if changed?.contains(ChangeLog.fingerprint(readModel: key)) == false {
+                prefetchedReadModels.updateValue(foundReadModels[key], forKey: key)
+                if foundReadModels[key] == nil { absentReadModels.insert(key) }
+            } else {
+                stale.readModelKeys.append(key)
+            }
+        }
+        staleKeys += stale.commands.count + stale.vaultKeys.count + stale.readModelKeys.count
+        try readUnderLock(commands: stale.commands, vaultKeys: stale.vaultKeys, readModelKeys: stale.readModelKeys)
+    }
+
+    /// How many keys of the snapshot reads were read again under the lock, and whether the snapshot was dropped whole.
+    private(set) var staleKeys = 0
+    private(set) var snapshotsDropped = 0
+
+    /// ``prefetch(commands:vaultKeys:lineages:)``'s reads under the lock, in one pipeline (with the
+    /// head's lock when it is the group's first statement).
+    private func readUnderLock(commands: [CommandRef], vaultKeys: [Key128], readModelKeys: [[UInt8]]) throws {
         var statements: [PostgresStatement] = []
         if !commands.isEmpty { statements.append(Self.latestRecordsStatement(commands)) }
         if !vaultKeys.isEmpty { statements.append(Self.pseudonymsStatement(vaultKeys)) }
@@ -469,8 +552,18 @@ final class PostgresAccess: EngineReader, EngineWriter {
         prefetchedReadModels = [:]
     }
 
+    /// Notes keys this group writes, for its `ledger_changes` row.
+    private func noteWritten(_ fingerprints: some Sequence<UInt64>) {
+        guard writtenKeys != nil else { return }
+        writtenKeys?.append(contentsOf: fingerprints)
+        if writtenKeys?.count ?? 0 > ChangeLog.keyLimit { writtenKeys = nil }
+    }
+
     func apply(_ batch: EngineBatch) throws {
         forgetReadAhead()
+        noteWritten(batch.entries.lazy.compactMap(ChangeLog.fingerprint(of:)))
+        noteWritten(batch.vaultErasures.lazy.map { ChangeLog.fingerprint(vaultKey: $0.vaultKey) })
+        noteWritten(batch.vaultInserts.lazy.map { ChangeLog.fingerprint(vaultKey: $0.vaultKey) })
         if !batch.records.isEmpty {
             pending.append(
                 PostgresStatement(
@@ -602,6 +695,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
 
     func remove(_ entries: [IndexEntry]) throws {
         forgetReadAhead()
+        noteWritten(entries.lazy.compactMap(ChangeLog.fingerprint(of:)))
         for index in EngineIndex.allCases {
             let table = PostgresRowDecoding.table(of: index)
             let keys = try entries.filter { $0.index == index }.map { try PostgresRowDecoding.rowKey(of: $0) }
@@ -617,6 +711,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
     func removeReadModels(_ keys: [[UInt8]]) throws {
         forgetReadAhead()
         guard !keys.isEmpty else { return }
+        noteWritten(keys.lazy.map(ChangeLog.fingerprint(readModel:)))
         pending.append(PostgresStatement("DELETE FROM ledger_read_models WHERE key = ANY($1)", [.bytesArray(keys)]))
     }
 
@@ -625,6 +720,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
     func putReadModels(_ entries: [([UInt8], [UInt8])]) throws {
         forgetReadAhead()
         guard !entries.isEmpty else { return }
+        noteWritten(entries.lazy.map { ChangeLog.fingerprint(readModel: $0.0) })
         var fresh: [([UInt8], [UInt8])] = []
         var others: [([UInt8], [UInt8])] = []
         for entry in Self.lastOfEachKey(entries) {

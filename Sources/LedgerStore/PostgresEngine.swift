@@ -46,6 +46,14 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
 
     private let writerLock = NSLock()
     private var writer: PostgresConnection?
+    /// Whether the store is known to have the write generation and `ledger_changes` (``ChangeLog``).
+    private var changeLogReady = false
+    /// Called in each write group between its snapshot reads and its lock (tests).
+    var afterSnapshotReads: (() throws -> Void)?
+    /// Keys of write groups' snapshot reads found stale under the lock and read again, and the
+    /// snapshots dropped whole (a `ledger_changes` row missing or without keys), since this engine opened.
+    private(set) var staleKeysReadAgain = 0
+    private(set) var snapshotsDropped = 0
     private let poolLock = NSLock()
     private var pool: [PostgresConnection] = []
     /// Idle read connections kept for reuse.
@@ -68,7 +76,7 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
 
     static let tables = [
         "ledger_log", "ledger_head", "ledger_commands", "ledger_lineages", "ledger_account_lineages", "ledger_merkle", "ledger_read_models",
-        "ledger_identities", "ledger_sealed_uids", "ledger_meta",
+        "ledger_identities", "ledger_sealed_uids", "ledger_meta", "ledger_changes",
     ]
 
     static let schema = """
@@ -87,7 +95,7 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
         CREATE TABLE ledger_identities (vault_key bytea PRIMARY KEY, account bytea NOT NULL);
         CREATE TABLE ledger_sealed_uids (account bytea PRIMARY KEY, sealed_uid bytea NOT NULL);
         INSERT INTO ledger_head VALUES (true, 0, '\\x', 0, '\\x');
-        """
+        """ + ChangeLog.schema.map { $0 + ";" }.joined(separator: "\n")
 
     static func hasTables(_ connection: PostgresConnection) throws -> Bool {
         let rows = try connection.query("SELECT to_regclass('ledger_meta') IS NOT NULL")
@@ -155,12 +163,16 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
                 continue
             }
             let access = PostgresAccess(connection: connection, store: url.description, writing: true)
+            access.afterSnapshotReads = afterSnapshotReads
             var value: T?
             do {
+                try prepareChangeLog(connection)
                 access.begin()
                 let result = try body(access, access)
                 value = result
                 try access.commit()
+                staleKeysReadAgain += access.staleKeys
+                snapshotsDropped += access.snapshotsDropped
                 return result
             } catch {
                 if connection.isHealthy && !isConnectionLoss(error) {
@@ -172,6 +184,26 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
                 try backoff.wait(after: error, store: url.description)
             }
         }
+    }
+
+    /// Gives a store made before the write generation its column and `ledger_changes` (``ChangeLog``),
+    /// once per engine: in one transaction holding the head table's exclusive lock, so that writers
+    /// starting together wait for the first and find the schema done.
+    private func prepareChangeLog(_ connection: PostgresConnection) throws {
+        guard !changeLogReady else { return }
+        let present = try connection.query("SELECT to_regclass('ledger_changes') IS NOT NULL")
+        if present.bytes(0, 0) != [1] {
+            try connection.query("BEGIN")
+            do {
+                try connection.query("LOCK TABLE ledger_head IN ACCESS EXCLUSIVE MODE")
+                for statement in ChangeLog.schema { try connection.query(statement) }
+                try connection.query("COMMIT")
+            } catch {
+                if connection.isHealthy, connection.inTransaction { _ = try? connection.query("ROLLBACK") }
+                throw error
+            }
+        }
+        changeLogReady = true
     }
 
     /// After the connection was lost while `COMMIT` was in flight: reconnects (within the backoff's

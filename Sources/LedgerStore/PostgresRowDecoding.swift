@@ -82,7 +82,7 @@ enum PostgresRowDecoding {
     /// The head row: sequence, chain hash (empty while the log is), recordedAt, and the Merkle
     /// frontier (one 32-byte root per bit of the sequence).
     static func head(_ rows: PostgresRows) throws -> LogHead {
-        guard rows.count == 1, rows.columns == 4 else { throw LedgerStoreError.corrupt("the head row is missing") }
+        guard rows.count == 1, rows.columns >= 4 else { throw LedgerStoreError.corrupt("the head row is missing") }
         let sequence = try int64(rows.value(0, 0))
         guard sequence >= 0 else { throw LedgerStoreError.corrupt("the head names sequence \(sequence)") }
         var head = LogHead(sequence: UInt64(sequence), recordedAt: try int64(rows.value(0, 2)))

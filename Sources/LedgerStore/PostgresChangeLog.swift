@@ -1,0 +1,114 @@
+import LedgerCore
+
+/// What lets a PostgreSQL write group read before it takes the head's lock (docs/scale-out.md,
+/// "Reading outside the lock"): a write generation in the head row, bumped by every write group's
+/// lock, and one `ledger_changes` row per committed write group: its generation, the log's head
+/// sequence when it locked and when it committed, and the keys it wrote as 8-byte fingerprints.
+///
+/// A group reads its commands, vault keys and lineage states in one `REPEATABLE READ` snapshot
+/// with the head's generation G, outside the lock; then, under the lock (its generation H), it
+/// reads the rows after G. Every group committed after the snapshot holds one of the generations
+/// G+1…H-1 (the lock serialises the bumps, and a rolled-back group gives its generation back), so
+/// when those rows are all there, a key none of them names reads now as it did in the snapshot;
+/// the keys they name are read again under the lock. The group trusts none of its snapshot, and
+/// reads everything again under the lock, when a row is missing (pruned: only the last ``kept``
+/// stay), when a row has no keys ("every key": a group that wrote more than ``keyLimit``), or when
+/// the rows' head sequences do not chain from the snapshot's to the locked one (records appended by
+/// a writer that keeps no such rows: an older build).
+///
+/// Fingerprints are hashes of the keyed HMACs (command keys, vault keys) and of read-model keys:
+/// no UID or Apple identifier. Two keys sharing a fingerprint only cost a needless re-read.
+enum ChangeLog {
+    /// `ledger_changes` rows kept: older ones are deleted by the group that commits generation + ``kept``.
+    static let kept: Int64 = 256
+    /// Past this many keys, a group's row says "every key" (a migration's or a rebuild's batches).
+    static let keyLimit = 65_536
+
+    /// The schema a store without it gets from its first writer (``PostgresEngine``), and `init` at once.
+    static let schema = [
+        "ALTER TABLE ledger_head ADD COLUMN IF NOT EXISTS generation bigint NOT NULL DEFAULT 0",
+        """
+        CREATE TABLE IF NOT EXISTS ledger_changes (
+            generation bigint PRIMARY KEY, from_sequence bigint NOT NULL, sequence bigint NOT NULL, keys bytea)
+        """,
+        // Fingerprints do not compress: do not try.
+        "ALTER TABLE ledger_changes ALTER COLUMN keys SET STORAGE EXTERNAL",
+    ]
+
+    /// The head's lock: the row locked by bumping its generation; answers the head and the new generation.
+    static let lockStatement = PostgresStatement(
+        "UPDATE ledger_head SET generation = generation + 1 RETURNING sequence, chain_hash, recorded_at, frontier, generation")
+
+    /// The snapshot's generation and head sequence.
+    static let generationStatement = PostgresStatement("SELECT generation, sequence FROM ledger_head")
+
+    static func changesStatement(after generation: Int64) -> PostgresStatement {
+        PostgresStatement(
+            "SELECT generation, from_sequence, sequence, keys FROM ledger_changes WHERE generation > $1 ORDER BY generation", [.int64(generation)])
+    }
+
+    /// The committing group's row (at the generation its lock set; `from` the head sequence it
+    /// locked, the committed one read from the head), and the pruning of old rows.
+    static func recordStatement(_ fingerprints: [UInt64]?, from: UInt64) -> PostgresStatement {
+        let prune = "WITH pruned AS (DELETE FROM ledger_changes WHERE generation <= (SELECT generation FROM ledger_head) - \(kept)) "
+        let insert = "INSERT INTO ledger_changes SELECT generation, $1, sequence, "
+        guard let fingerprints else { return PostgresStatement(prune + insert + "NULL FROM ledger_head", [.int64(Int64(from))]) }
+        var keys: [UInt8] = []
+        keys.reserveCapacity(fingerprints.count * 8)
+        for fingerprint in fingerprints { PostgresValue.append(fingerprint, to: &keys) }
+        return PostgresStatement(prune + insert + "$2 FROM ledger_head", [.int64(Int64(from)), .bytes(keys)])
+    }
+
+    /// The fingerprints named by the rows of ``changesStatement(after:)``, when they are exactly the
+    /// generations after the snapshot's and before the locked one, each with its keys, their head
+    /// sequences chaining from the snapshot's to the locked one; nil otherwise (every key is to be
+    /// read again).
+    static func changedKeys(
+        _ rows: PostgresRows, snapshot: (generation: Int64, sequence: Int64), locked: (generation: Int64, sequence: Int64)
+    ) throws -> Set<UInt64>? {
+        guard snapshot.generation < locked.generation, Int64(rows.count) == locked.generation - snapshot.generation - 1 else { return nil }
+        var keys = Set<UInt64>()
+        var sequence = snapshot.sequence
+        for row in 0..<rows.count {
+            guard try PostgresRowDecoding.int64(rows.value(row, 0)) == snapshot.generation + 1 + Int64(row),
+                try PostgresRowDecoding.int64(rows.value(row, 1)) == sequence, let bytes = rows.value(row, 3), bytes.count % 8 == 0
+            else { return nil }
+            sequence = try PostgresRowDecoding.int64(rows.value(row, 2))
+            for offset in stride(from: 0, to: bytes.count, by: 8) {
+                keys.insert(UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)))
+            }
+        }
+        return sequence == locked.sequence ? keys : nil
+    }
+
+    // MARK: Fingerprints
+
+    static func fingerprint(command key: Key128) -> UInt64 { mix(1, key) }
+    static func fingerprint(vaultKey key: Key128) -> UInt64 { mix(2, key) }
+
+    static func fingerprint(readModel key: [UInt8]) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325 ^ 3  // FNV-1a
+        for byte in key { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        return finalize(hash)
+    }
+
+    /// The fingerprint an index entry changes: the command whose latest record it locates (others: none read ahead).
+    static func fingerprint(of entry: IndexEntry) -> UInt64? {
+        switch entry {
+        case .command(let command, _), .lineage(_, _, let command): fingerprint(command: command)
+        case .accountLineage, .merkleNode, .malformed: nil
+        }
+    }
+
+    private static func mix(_ tag: UInt64, _ key: Key128) -> UInt64 {
+        finalize(finalize(tag ^ key.high) ^ key.low)
+    }
+
+    /// SplitMix64's finalizer: every bit of the input moves every bit of the output.
+    private static func finalize(_ value: UInt64) -> UInt64 {
+        var z = value &+ 0x9e37_79b9_7f4a_7c15
+        z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
+        z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
+        return z ^ (z >> 31)
+    }
+}

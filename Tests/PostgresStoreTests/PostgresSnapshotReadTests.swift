@@ -1,0 +1,124 @@
+import Foundation
+import LedgerTestSupport
+import OwnershipLedger
+import Testing
+
+@testable import LedgerStore
+
+/// A write group's first reads run in a snapshot before it takes the head's lock, and are checked
+/// under the lock against `ledger_changes` (``ChangeLog``): here another writer commits between the
+/// two, deterministically, through the engine's hook.
+@Suite struct PostgresSnapshotReadTests {
+    let t = Fixtures.start
+
+    func purchase(_ uid: String, _ otid: String) -> String {
+        Fixtures.line(["type": "purchase", "account": uid, "transaction": Fixtures.transaction(otid, at: t), "at": t])
+    }
+
+    /// Two ledgers on one new database (two engines, two connections: two writers), and the first's engine.
+    func writers() throws -> (first: SubmitProtocol, second: SubmitProtocol, engine: PostgresEngine, ledger: Ledger, directory: TemporaryDirectory) {
+        // (The hook runs inside the first engine's write: it reaches the server through the second ledger's engine.)
+        let directory = TemporaryDirectory("ledger-pg-snapshot")
+        let location = try TestStore.postgres.location(in: directory)
+        let first = try Ledger.initialize(at: location, configuration: Fixtures.configuration, clock: Fixtures.clock)
+        let second = try Ledger(opening: location, clock: Fixtures.clock)
+        let engine = try #require(first.store.engine as? PostgresEngine)
+        return (SubmitProtocol(ledger: first, trustDecoded: true), SubmitProtocol(ledger: second, trustDecoded: true), engine, first, directory)
+    }
+
+    /// Runs `body` once, in the next write group of `engine`, between its snapshot reads and its lock.
+    func once(_ engine: PostgresEngine, _ body: @escaping () throws -> Void) {
+        var pending = true
+        engine.afterSnapshotReads = {
+            guard pending else { return }
+            pending = false
+            try body()
+        }
+    }
+
+    /// The lineage a group read as new in its snapshot is bought by another writer before the
+    /// group locks: the group reads it again under the lock and denies the second owner; a lineage
+    /// the other writer did not touch is answered from the snapshot.
+    @Test func aKeyChangedBeforeTheLockIsReadAgain() throws {
+        let (first, second, engine, ledger, directory) = try writers()
+        defer { directory.remove() }
+        once(engine) { #expect(Fixtures.object(second.respond(to: purchase("bob", "2001")))["decision"] as? String == "granted") }
+        let answer = Fixtures.object(first.respond(to: purchase("alice", "2001")))
+        #expect(answer["code"] as? String == "permission-denied", "\(answer)")
+        #expect(try ledger.binding(originalTransactionId: "2001").uid == "bob")
+        // What the snapshot read and the other writer changed: the lineage's state (and nothing is dropped whole).
+        #expect(engine.staleKeysReadAgain >= 1)
+        #expect(engine.snapshotsDropped == 0)
+
+        let stale = engine.staleKeysReadAgain
+        once(engine) { _ = second.respond(to: purchase("bob", "2002")) }
+        #expect(Fixtures.object(first.respond(to: purchase("alice", "2003")))["decision"] as? String == "granted")
+        #expect(engine.staleKeysReadAgain == stale, "keys no other writer wrote are answered from the snapshot")
+
+        // The same command committed by the other writer in between: answered by its idempotency entry, not decided twice.
+        let line = purchase("carol", "2004")
+        once(engine) { #expect(Fixtures.object(second.respond(to: line))["decision"] as? String == "granted") }
+        let before = try ledger.store.head().sequence
+        #expect(Fixtures.object(first.respond(to: line))["decision"] as? String == "granted")
+        #expect(try ledger.store.head().sequence == before + 1, "one record: the other writer's")
+        #expect(try ledger.binding(originalTransactionId: "2004").uid == "carol")
+        let report = try ledger.store.replay()
+        #expect(report.isIntact, "\(report)")
+    }
+
+    /// When the rows after the snapshot are not all there (pruned, or deleted here), or do not
+    /// account for every record appended since, the group trusts none of its snapshot and reads
+    /// everything again under the lock.
+    @Test func aMissingChangeRowDropsTheWholeSnapshot() throws {
+        let (first, second, engine, ledger, directory) = try writers()
+        defer { directory.remove() }
+        let other = try #require(second.ledger.store.engine as? PostgresEngine)
+        once(engine) {
+            _ = second.respond(to: purchase("bob", "3001"))
+            _ = try other.withWriter { try $0.query("DELETE FROM ledger_changes") }
+        }
+        let answer = Fixtures.object(first.respond(to: purchase("alice", "3001")))
+        #expect(answer["code"] as? String == "permission-denied", "\(answer)")
+        #expect(try ledger.binding(originalTransactionId: "3001").uid == "bob")
+        #expect(engine.snapshotsDropped == 1)
+        #expect(engine.staleKeysReadAgain >= 2, "every key of the group read again")
+
+        // A record appended by a writer that keeps no change rows (an older build: it neither bumps
+        // the generation nor leaves a row): the head's sequence no longer chains from the snapshot's.
+        once(engine) {
+            _ = second.respond(to: purchase("bob", "3002"))
+            _ = try other.withWriter { connection in
+                try connection.query("DELETE FROM ledger_changes WHERE generation = (SELECT generation FROM ledger_head)")
+                try connection.query("UPDATE ledger_head SET generation = generation - 1")
+            }
+        }
+        let again = Fixtures.object(first.respond(to: purchase("alice", "3002")))
+        #expect(again["code"] as? String == "permission-denied", "\(again)")
+        #expect(try ledger.binding(originalTransactionId: "3002").uid == "bob")
+        #expect(engine.snapshotsDropped == 2)
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    /// A store made before the write generation (no column, no `ledger_changes`) gets both from its
+    /// first writer, and keeps deciding.
+    @Test func aStoreWithoutTheChangeLogGetsItFromItsFirstWriter() throws {
+        let directory = TemporaryDirectory("ledger-pg-oldschema")
+        defer { directory.remove() }
+        let location = try TestStore.postgres.location(in: directory)
+        let old = try Ledger.initialize(at: location, configuration: Fixtures.configuration, clock: Fixtures.clock)
+        _ = SubmitProtocol(ledger: old, trustDecoded: true).respond(to: purchase("ann", "4001"))
+        let oldEngine = try #require(old.store.engine as? PostgresEngine)
+        try oldEngine.withWriter { connection in
+            try connection.query("DROP TABLE ledger_changes")
+            try connection.query("ALTER TABLE ledger_head DROP COLUMN generation")
+        }
+        let reopened = try Ledger(opening: location, clock: Fixtures.clock)
+        #expect(try reopened.binding(originalTransactionId: "4001").uid == "ann")
+        let answer = Fixtures.object(SubmitProtocol(ledger: reopened, trustDecoded: true).respond(to: purchase("bob", "4002")))
+        #expect(answer["decision"] as? String == "granted", "\(answer)")
+        let engine = try #require(reopened.store.engine as? PostgresEngine)
+        let rows = try engine.withWriter { try $0.query("SELECT generation FROM ledger_changes ORDER BY generation") }
+        #expect(rows.count >= 1)
+        #expect(try reopened.store.replay().isIntact)
+    }
+}
