@@ -111,46 +111,81 @@ final class PostgresAccess: EngineReader, EngineWriter {
                 sequence: try PostgresRowDecoding.int64(generationRows.value(0, 1))
             )
         }
-        let foundCommands = commands.isEmpty ? [:] : try decodeLatestRecords(rows.removeFirst())
-        let foundVaultKeys = vaultKeys.isEmpty ? [:] : try decodePseudonyms(rows.removeFirst(), asked: vaultKeys)
-        let foundReadModels =
-            readModelKeys.isEmpty
-            ? [:] : Dictionary(decodeReadModels(rows.removeFirst(), asked: readModelKeys), uniquingKeysWith: { first, _ in first })
+        // Everything the snapshot answers, as if read under the lock, and each key by its
+        // fingerprint (outside the lock: under it, only the keys changed since are handled).
+        var byFingerprint: [UInt64: SnapshotKey] = [:]
+        byFingerprint.reserveCapacity(commands.count + vaultKeys.count + readModelKeys.count)
+        var collisions: [(UInt64, SnapshotKey)] = []  // the group's own keys sharing a fingerprint (improbable)
+        func note(_ fingerprint: UInt64, _ key: SnapshotKey) {
+            if byFingerprint[fingerprint] == nil { byFingerprint[fingerprint] = key } else { collisions.append((fingerprint, key)) }
+        }
+        if !commands.isEmpty {
+            let found = try decodeLatestRecords(rows.removeFirst())
+            for command in commands {
+                prefetchedCommands.updateValue(found[command.key], forKey: command.key)
+                note(ChangeLog.fingerprint(command: command.key), .command(command))
+            }
+        }
+        if !vaultKeys.isEmpty {
+            let found = try decodePseudonyms(rows.removeFirst(), asked: vaultKeys)
+            for key in vaultKeys {
+                prefetchedVaultKeys.updateValue(found[key], forKey: key)
+                if found[key] == nil { absentVaultKeys.insert(key) }
+                note(ChangeLog.fingerprint(vaultKey: key), .vaultKey(key))
+            }
+        }
+        if !readModelKeys.isEmpty {
+            let found = Dictionary(decodeReadModels(rows.removeFirst(), asked: readModelKeys), uniquingKeysWith: { first, _ in first })
+            for key in readModelKeys {
+                prefetchedReadModels.updateValue(found[key], forKey: key)
+                if found[key] == nil { absentReadModels.insert(key) }
+                note(ChangeLog.fingerprint(readModel: key), .readModel(key))
+            }
+        }
         try afterSnapshotReads?()
         // The lock, and what changed since the snapshot.
         let changes = try run([ChangeLog.changesStatement(after: snapshot.generation)])[0]
         guard let generation = lockedGeneration, let sequence = lockedSequence else {
             throw LedgerStoreError.corrupt("the head's write generation is missing")
         }
-        let changed = try ChangeLog.changedKeys(changes, snapshot: snapshot, locked: (generation, Int64(sequence)))
-        if changed == nil { snapshotsDropped += 1 }
-        // Each key answered from the snapshot unless changed since; the changed ones read again now.
-        var stale: (commands: [CommandRef], vaultKeys: [Key128], readModelKeys: [[UInt8]]) = ([], [], [])
-        for command in commands {
-            if changed?.contains(ChangeLog.fingerprint(command: command.key)) == false {
-                prefetchedCommands.updateValue(foundCommands[command.key], forKey: command.key)
-            } else {
-                stale.commands.append(command)
+        // The keys changed since (all of them when the rows do not account for every group since): forgotten, and read again now.
+        var stale: [SnapshotKey] = []
+        if let changed = try ChangeLog.changedKeys(changes, snapshot: snapshot, locked: (generation, Int64(sequence))) {
+            for fingerprint in changed { if let key = byFingerprint.removeValue(forKey: fingerprint) { stale.append(key) } }
+            if !collisions.isEmpty {
+                let changed = Set(changed)
+                stale += collisions.filter { changed.contains($0.0) }.map(\.1)
+            }
+        } else {
+            snapshotsDropped += 1
+            stale = Array(byFingerprint.values) + collisions.map(\.1)
+        }
+        guard !stale.isEmpty else { return }
+        var again: (commands: [CommandRef], vaultKeys: [Key128], readModelKeys: [[UInt8]]) = ([], [], [])
+        for key in stale {
+            switch key {
+            case .command(let command):
+                prefetchedCommands.removeValue(forKey: command.key)
+                again.commands.append(command)
+            case .vaultKey(let key):
+                prefetchedVaultKeys.removeValue(forKey: key)
+                absentVaultKeys.remove(key)
+                again.vaultKeys.append(key)
+            case .readModel(let key):
+                prefetchedReadModels.removeValue(forKey: key)
+                absentReadModels.remove(key)
+                again.readModelKeys.append(key)
             }
         }
-        for key in vaultKeys {
-            if changed?.contains(ChangeLog.fingerprint(vaultKey: key)) == false {
-                prefetchedVaultKeys.updateValue(foundVaultKeys[key], forKey: key)
-                if foundVaultKeys[key] == nil { absentVaultKeys.insert(key) }
-            } else {
-                stale.vaultKeys.append(key)
-            }
-        }
-        for key in readModelKeys {
-            if changed?.contains(ChangeLog.fingerprint(readModel: key)) == false {
-                prefetchedReadModels.updateValue(foundReadModels[key], forKey: key)
-                if foundReadModels[key] == nil { absentReadModels.insert(key) }
-            } else {
-                stale.readModelKeys.append(key)
-            }
-        }
-        staleKeys += stale.commands.count + stale.vaultKeys.count + stale.readModelKeys.count
-        try readUnderLock(commands: stale.commands, vaultKeys: stale.vaultKeys, readModelKeys: stale.readModelKeys)
+        staleKeys += stale.count
+        try readUnderLock(commands: again.commands, vaultKeys: again.vaultKeys, readModelKeys: again.readModelKeys)
+    }
+
+    /// A key of a group's snapshot reads.
+    private enum SnapshotKey {
+        case command(CommandRef)
+        case vaultKey(Key128)
+        case readModel([UInt8])
     }
 
     /// How many keys of the snapshot reads were read again under the lock, and whether the snapshot was dropped whole.

@@ -65,17 +65,18 @@ enum ChangeLog {
     /// read again).
     static func changedKeys(
         _ rows: PostgresRows, snapshot: (generation: Int64, sequence: Int64), locked: (generation: Int64, sequence: Int64)
-    ) throws -> Set<UInt64>? {
+    ) throws -> [UInt64]? {
         guard snapshot.generation < locked.generation, Int64(rows.count) == locked.generation - snapshot.generation - 1 else { return nil }
-        var keys = Set<UInt64>()
+        var keys: [UInt64] = []
         var sequence = snapshot.sequence
         for row in 0..<rows.count {
             guard try PostgresRowDecoding.int64(rows.value(row, 0)) == snapshot.generation + 1 + Int64(row),
                 try PostgresRowDecoding.int64(rows.value(row, 1)) == sequence, let bytes = rows.value(row, 3), bytes.count % 8 == 0
             else { return nil }
             sequence = try PostgresRowDecoding.int64(rows.value(row, 2))
+            keys.reserveCapacity(keys.count + bytes.count / 8)
             for offset in stride(from: 0, to: bytes.count, by: 8) {
-                keys.insert(UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)))
+                keys.append(UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)))
             }
         }
         return sequence == locked.sequence ? keys : nil
