@@ -35,6 +35,17 @@ public struct EventView: Equatable, Sendable {
     private mutating func set(_ bit: UInt8, _ isPresent: Bool) { present = isPresent ? present | bit : present & ~bit }
     private func has(_ bit: UInt8) -> Bool { present & bit != 0 }
 
+    /// The reason byte is shared: setting one reason replaces the other; clearing one leaves the other.
+    private mutating func setReason(_ raw: UInt8?, owner: UInt8) {
+        if let raw {
+            reasonRaw = raw
+            present = (present & ~(Present.endReason | Present.decision)) | owner
+        } else if has(owner) {
+            reasonRaw = 0
+            set(owner, false)
+        }
+    }
+
     /// The lineage the event names (``LedgerEvent/lineage``).
     public var lineage: LineageKey? {
         get { has(Present.lineage) ? LineageKey(lineageKey) : nil }
@@ -80,20 +91,12 @@ public struct EventView: Equatable, Sendable {
     /// An end's reason.
     public var endReason: EntitlementEndReason? {
         get { has(Present.endReason) ? EntitlementEndReason(rawValue: reasonRaw) : nil }
-        set {
-            reasonRaw = newValue?.rawValue ?? 0
-            set(Present.endReason, newValue != nil)
-            set(Present.decision, false)
-        }
+        set { setReason(newValue?.rawValue, owner: Present.endReason) }
     }
     /// A decision's reason.
     public var decision: DecisionReason? {
         get { has(Present.decision) ? DecisionReason(rawValue: reasonRaw) : nil }
-        set {
-            reasonRaw = newValue?.rawValue ?? 0
-            set(Present.decision, newValue != nil)
-            set(Present.endReason, false)
-        }
+        set { setReason(newValue?.rawValue, owner: Present.decision) }
     }
 
     public init(kind: Kind, lineage: LineageKey? = nil, account: AccountID? = nil) {

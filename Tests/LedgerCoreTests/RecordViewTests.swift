@@ -99,6 +99,27 @@ import Testing
         return out
     }
 
+    @Test func optionalFieldsSharingStorageStayIndependent() {
+        var view = EventView(kind: .decisionIssued)
+        #expect(view.decision == nil && view.endReason == nil && view.time == nil && view.transaction == nil)
+        view.decision = .boundToAnotherAccount
+        view.endReason = nil  // clearing the other reason leaves this one
+        #expect(view.decision == .boundToAnotherAccount)
+        view.endReason = .transferred  // one reason at a time: the end reason replaces it
+        #expect(view.endReason == .transferred && view.decision == nil)
+        view.decision = nil
+        #expect(view.endReason == .transferred)
+        view.transaction = (familyShared: true, purchaseDate: 0)
+        view.time = 0  // present, though zero
+        #expect(view.transaction?.familyShared == true && view.transaction?.purchaseDate == 0 && view.time == 0)
+        view.transaction = nil
+        #expect(view.transaction == nil && view.time == 0)
+        var expected = EventView(kind: .decisionIssued)
+        expected.endReason = .transferred
+        expected.time = 0
+        #expect(view == expected)
+    }
+
     @Test func viewsAreTheFullDecodersEventsForEveryRecord() {
         var decoder = RecordViewDecoder()
         var names: [String] = []
