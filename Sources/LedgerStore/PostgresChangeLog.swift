@@ -22,11 +22,13 @@ enum ChangeLog {
     /// `ledger_changes` rows kept: older ones are deleted by the group that commits generation + ``kept``.
     static let kept: Int64 = 256
     /// Past this many keys, a group's row says "every key" (a migration's or a rebuild's batches).
-    static let keyLimit = 65_536
+    static let keyLimit = 8_192
 
     /// The schema a store without it gets from its first writer (``PostgresEngine``), and `init` at once.
     static let schema = [
         "ALTER TABLE ledger_head ADD COLUMN IF NOT EXISTS generation bigint NOT NULL DEFAULT 0",
+        // The transaction that bumped the generation last (``lockStatement``), for ``guardSchema``.
+        "ALTER TABLE ledger_head ADD COLUMN IF NOT EXISTS writer bigint NOT NULL DEFAULT 0",
         """
         CREATE TABLE IF NOT EXISTS ledger_changes (
             generation bigint PRIMARY KEY, from_sequence bigint NOT NULL, sequence bigint NOT NULL, keys bytea)
@@ -35,9 +37,46 @@ enum ChangeLog {
         "ALTER TABLE ledger_changes ALTER COLUMN keys SET STORAGE EXTERNAL",
     ]
 
-    /// The head's lock: the row locked by bumping its generation; answers the head and the new generation.
+    /// The tables a write group writes besides the head and `ledger_changes`.
+    static let guardedTables = [
+        "ledger_log", "ledger_commands", "ledger_lineages", "ledger_account_lineages", "ledger_merkle", "ledger_read_models",
+        "ledger_identities", "ledger_sealed_uids", "ledger_meta",
+    ]
+
+    /// Refuses, in the server, any write to the ledger's data in a transaction that did not take the
+    /// head's lock through ``lockStatement``: a build older than the change log locks the head with
+    /// `SELECT … FOR UPDATE`, bumps no generation and leaves no row, so a group's snapshot could not
+    /// see that it wrote (a repair's read models, say). Such a writer now fails naming the cause
+    /// instead. Statement-level: one lookup of the head row per statement, not per row. Installed
+    /// after ``schema`` (by `init` once its metadata is written).
+    static let guardSchema =
+        [
+            """
+            CREATE OR REPLACE FUNCTION ledger_require_generation() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NOT EXISTS (SELECT 1 FROM ledger_head WHERE writer = txid_current()) THEN
+                    RAISE EXCEPTION 'ledger: % written by a transaction that did not take the head''s write generation: a ledger build older than this store''s change log (ledger_changes) is writing to it; upgrade every writer', TG_TABLE_NAME
+                        USING ERRCODE = '55000';
+                END IF;
+                RETURN NULL;
+            END $$
+            """
+        ]
+        + guardedTables.flatMap { table in
+            [
+                "DROP TRIGGER IF EXISTS ledger_require_generation ON \(table)",
+                """
+                CREATE TRIGGER ledger_require_generation BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON \(table)
+                    FOR EACH STATEMENT EXECUTE FUNCTION ledger_require_generation()
+                """,
+            ]
+        }
+
+    /// The head's lock: the row locked by bumping its generation (and naming this transaction as
+    /// its writer, for ``guardSchema``); answers the head and the new generation.
     static let lockStatement = PostgresStatement(
-        "UPDATE ledger_head SET generation = generation + 1 RETURNING sequence, chain_hash, recorded_at, frontier, generation")
+        "UPDATE ledger_head SET generation = generation + 1, writer = txid_current() "
+            + "RETURNING sequence, chain_hash, recorded_at, frontier, generation")
 
     /// The snapshot's generation and head sequence.
     static let generationStatement = PostgresStatement("SELECT generation, sequence FROM ledger_head")

@@ -122,6 +122,7 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
                 try connection.query(
                     "INSERT INTO ledger_meta (name, value) SELECT * FROM unnest($1::text[], $2::bytea[])",
                     [.textArray(meta.map(\.0.rawValue)), .bytesArray(meta.map(\.1))])
+                for statement in ChangeLog.guardSchema { try connection.query(statement) }
                 try connection.query("COMMIT")
             } catch {
                 if connection.isHealthy { _ = try? connection.query("ROLLBACK") }
@@ -186,17 +187,19 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
         }
     }
 
-    /// Gives a store made before the write generation its column and `ledger_changes` (``ChangeLog``),
-    /// once per engine: in one transaction holding the head table's exclusive lock, so that writers
-    /// starting together wait for the first and find the schema done.
+    /// Gives a store made before the write generation its columns, `ledger_changes` and the guard
+    /// against older writers (``ChangeLog``), once per engine: in one transaction holding the head
+    /// table's exclusive lock, so that writers starting together wait for the first and find the
+    /// schema done.
     private func prepareChangeLog(_ connection: PostgresConnection) throws {
         guard !changeLogReady else { return }
-        let present = try connection.query("SELECT to_regclass('ledger_changes') IS NOT NULL")
+        let present = try connection.query(
+            "SELECT to_regclass('ledger_changes') IS NOT NULL AND to_regprocedure('ledger_require_generation()') IS NULL")
         if present.bytes(0, 0) != [1] {
             try connection.query("BEGIN")
             do {
                 try connection.query("LOCK TABLE ledger_head IN ACCESS EXCLUSIVE MODE")
-                for statement in ChangeLog.schema { try connection.query(statement) }
+                for statement in ChangeLog.schema + ChangeLog.guardSchema { try connection.query(statement) }
                 try connection.query("COMMIT")
             } catch {
                 if connection.isHealthy, connection.inTransaction { _ = try? connection.query("ROLLBACK") }

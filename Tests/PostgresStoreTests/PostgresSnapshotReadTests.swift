@@ -99,8 +99,45 @@ import Testing
         #expect(try ledger.store.replay().isIntact)
     }
 
-    /// A store made before the write generation (no column, no `ledger_changes`) gets both from its
-    /// first writer, and keeps deciding.
+    /// What an older build's writer does: lock the head with `SELECT … FOR UPDATE` (no generation bumped,
+    /// no change row) and write (a repair's read model, a record). The server refuses every such
+    /// write, naming the cause, and nothing of it stays; the current writers keep deciding.
+    @Test func aWriterThatTakesNoGenerationIsRefusedByTheServer() throws {
+        let (first, second, engine, ledger, directory) = try writers()
+        defer { directory.remove() }
+        #expect(Fixtures.object(first.respond(to: purchase("ann", "5001")))["decision"] as? String == "granted")
+        let other = try #require(second.ledger.store.engine as? PostgresEngine)
+        let before = try engine.withWriter { try $0.query("SELECT count(*) FROM ledger_read_models").bytes(0, 0) }
+        for write in [
+            "DELETE FROM ledger_read_models",
+            "INSERT INTO ledger_log VALUES (999999, '\\x00')",
+            "UPDATE ledger_meta SET value = value",
+            "TRUNCATE ledger_identities",
+        ] {
+            let refusal = try other.withWriter { connection -> PostgresError? in
+                try connection.query("BEGIN")
+                defer { _ = try? connection.query("ROLLBACK") }
+                _ = try connection.query("SELECT sequence FROM ledger_head FOR UPDATE")
+                do {
+                    _ = try connection.query(write)
+                    return nil
+                } catch let error as PostgresError {
+                    return error
+                }
+            }
+            let error = try #require(refusal, "\(write) was allowed")
+            #expect(error.sqlState == "55000", "\(error)")
+            #expect(error.message.contains("did not take the head's write generation"), "\(error)")
+            #expect(error.message.contains("older than this store's change log"), "\(error)")
+        }
+        #expect(try engine.withWriter { try $0.query("SELECT count(*) FROM ledger_read_models").bytes(0, 0) } == before)
+        #expect(Fixtures.object(second.respond(to: purchase("bob", "5002")))["decision"] as? String == "granted")
+        #expect(Fixtures.object(first.respond(to: purchase("carol", "5001")))["code"] as? String == "permission-denied")
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    /// A store made before the write generation (no column, no `ledger_changes`, no guard) gets them
+    /// from its first writer, and keeps deciding.
     @Test func aStoreWithoutTheChangeLogGetsItFromItsFirstWriter() throws {
         let directory = TemporaryDirectory("ledger-pg-oldschema")
         defer { directory.remove() }
@@ -110,7 +147,8 @@ import Testing
         let oldEngine = try #require(old.store.engine as? PostgresEngine)
         try oldEngine.withWriter { connection in
             try connection.query("DROP TABLE ledger_changes")
-            try connection.query("ALTER TABLE ledger_head DROP COLUMN generation")
+            try connection.query("DROP FUNCTION ledger_require_generation() CASCADE")  // and its triggers
+            try connection.query("ALTER TABLE ledger_head DROP COLUMN generation, DROP COLUMN writer")
         }
         let reopened = try Ledger(opening: location, clock: Fixtures.clock)
         #expect(try reopened.binding(originalTransactionId: "4001").uid == "ann")
@@ -119,6 +157,8 @@ import Testing
         let engine = try #require(reopened.store.engine as? PostgresEngine)
         let rows = try engine.withWriter { try $0.query("SELECT generation FROM ledger_changes ORDER BY generation") }
         #expect(rows.count >= 1)
+        let guarded = try engine.withWriter { try $0.query("SELECT count(*) FROM pg_trigger WHERE tgname = 'ledger_require_generation'") }
+        #expect(try PostgresRowDecoding.int64(guarded.value(0, 0)) == Int64(ChangeLog.guardedTables.count))
         #expect(try reopened.store.replay().isIntact)
     }
 }
