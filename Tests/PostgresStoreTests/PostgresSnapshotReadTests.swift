@@ -66,6 +66,32 @@ import Testing
         #expect(report.isIntact, "\(report)")
     }
 
+    /// A UID's pseudonym issued, then erased, by the other writer between a group's snapshot and its
+    /// lock: the group reads the vault key again under the lock, so it joins the account just made
+    /// (not a second pseudonym for one UID), and after the deletion makes a new account that owns
+    /// nothing of the deleted one's.
+    @Test func aVaultKeyChangedBeforeTheLockIsReadAgain() throws {
+        let (first, second, engine, ledger, directory) = try writers()
+        defer { directory.remove() }
+        once(engine) { #expect(Fixtures.object(second.respond(to: purchase("dave", "6001")))["decision"] as? String == "granted") }
+        let joined = Fixtures.object(first.respond(to: purchase("dave", "6002")))
+        #expect(joined["decision"] as? String == "granted", "\(joined)")
+        #expect(try ledger.account(uid: "dave").entitlements.count == 2, "one account holds both lineages")
+        #expect(engine.staleKeysReadAgain >= 1)
+
+        #expect(Fixtures.object(first.respond(to: purchase("erin", "6003")))["decision"] as? String == "granted")
+        once(engine) {
+            let deleted = Fixtures.object(second.respond(to: Fixtures.line(["type": "delete-account", "account": "erin", "at": self.t])))
+            #expect(deleted["decision"] as? String == "recorded", "\(deleted)")
+        }
+        let fresh = Fixtures.object(first.respond(to: purchase("erin", "6004")))
+        #expect(fresh["decision"] as? String == "granted", "\(fresh)")
+        let erin = try ledger.account(uid: "erin")
+        #expect(erin.known && erin.entitlements.count == 1, "the new account holds only the new lineage: \(erin)")
+        #expect(try ledger.binding(originalTransactionId: "6003").uid == nil, "the deleted account's lineage stays tombstoned")
+        #expect(try ledger.store.replay().isIntact)
+    }
+
     /// When the rows after the snapshot are not all there (pruned, or deleted here), or do not
     /// account for every record appended since, the group trusts none of its snapshot and reads
     /// everything again under the lock.
