@@ -57,12 +57,7 @@ public struct PackedLineages: Sendable {
 
     /// Stores `state` (nil: removes the lineage) with its mark.
     public mutating func set(_ lineage: LineageKey, _ state: LineageState?, marked: Bool) {
-        if !otherAccounts.isEmpty { otherAccounts[lineage] = nil }
-        slots[lineage] = state.map {
-            var slot = pack(lineage, $0)
-            if marked { slot.flags |= Self.mark }
-            return slot
-        }
+        set(lineage, plain: state.map { plain(of: $0) }, marked: marked)
     }
 
     private static let mark: UInt8 = 0x40
@@ -78,16 +73,15 @@ public struct PackedLineages: Sendable {
             })
     }
 
-    private mutating func pack(_ lineage: LineageKey, _ state: LineageState) -> Slot {
-        pack(
-            lineage,
-            PlainLineage(
-                binding: state.binding,
-                entitlement: state.entitlement.map {
-                    PlainLineage.Entitlement(
-                        account: $0.account, product: number(of: $0.productId), expiresAt: $0.expiresAt, revokedAt: $0.revokedAt,
-                        endedBecause: $0.endedBecause)
-                }))
+    /// `state` with its product numbered.
+    private mutating func plain(of state: LineageState) -> PlainLineage {
+        PlainLineage(
+            binding: state.binding,
+            entitlement: state.entitlement.map {
+                PlainLineage.Entitlement(
+                    account: $0.account, product: number(of: $0.productId), expiresAt: $0.expiresAt, revokedAt: $0.revokedAt,
+                    endedBecause: $0.endedBecause)
+            })
     }
 
     /// The state of `lineage` as plain values, and its mark (``entry(_:)``).

@@ -298,31 +298,29 @@ public struct RecordViewDecoder {
     }
 
     private func lineage(_ head: UInt8, _ r: inout ByteReader, _ context: inout Context) throws -> LineageKey {
-        if head & EventCodec.lineageFlag != 0 {
-            guard let lineage = context.lineage else { throw NotViewed() }
-            return lineage
-        }
-        let lineage = LineageKey(try r.key())
-        guard let current = context.lineage else {
-            context.lineage = lineage
-            return lineage
-        }
-        guard current != lineage else { throw NotViewed() }
-        return lineage
+        try key(referenced: head & EventCodec.lineageFlag != 0, &r, &context.lineage, LineageKey.init)
     }
 
     private func account(_ head: UInt8, _ r: inout ByteReader, _ context: inout Context) throws -> AccountID {
-        if head & EventCodec.accountFlag != 0 {
-            guard let account = context.account else { throw NotViewed() }
-            return account
+        try key(referenced: head & EventCodec.accountFlag != 0, &r, &context.account, AccountID.init)
+    }
+
+    /// A lineage or account key: the record's first one (read, and kept as `current`), a reference to
+    /// it, or another written out (never the first one written again: the full decoder's form).
+    private func key<Key: Equatable>(
+        referenced: Bool, _ r: inout ByteReader, _ current: inout Key?, _ make: (Key128) -> Key
+    ) throws -> Key {
+        if referenced {
+            guard let current else { throw NotViewed() }
+            return current
         }
-        let account = AccountID(try r.key())
-        guard let current = context.account else {
-            context.account = account
-            return account
+        let key = make(try r.key())
+        guard let first = current else {
+            current = key
+            return key
         }
-        guard current != account else { throw NotViewed() }
-        return account
+        guard first != key else { throw NotViewed() }
+        return key
     }
 
     /// The index in `products` of the product id read (or referenced).

@@ -34,6 +34,7 @@ import Testing
                     var unnumbered = view
                     unnumbered.product = 0
                     #expect(unnumbered == plain, "\(event)")
+                    #expect(view.name == event.name, "the view's name table mirrors the event's")
                     if case .entitlementGranted(let e) = event {
                         #expect(Int(view.product) < names.count && names[Int(view.product)] == e.productId)
                     }
