@@ -171,7 +171,10 @@ final class PostgresConnection {
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
         // Prepared statements are parsed once but planned on every execution with their parameters: a
         // plan cached while a table was small (a sequential scan) would otherwise outlive its growth.
-        try query("SET plan_cache_mode = force_custom_plan")
+        // No JIT compilation: the ledger's statements are short index lookups and batch inserts, whose
+        // estimated cost passes `jit_above_cost` on a large store: compiling them took more server CPU
+        // than running them (docs/benchmarks.md, "End of session 25", PostgreSQL).
+        try query("SELECT set_config('plan_cache_mode', 'force_custom_plan', false), set_config('jit', 'off', false)")
     }
 
     deinit { PQfinish(handle) }

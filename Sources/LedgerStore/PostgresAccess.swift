@@ -421,7 +421,19 @@ final class PostgresAccess: EngineReader, EngineWriter {
     }
 
     private static func readModelsStatement(_ keys: [[UInt8]]) -> PostgresStatement {
-        PostgresStatement("SELECT key, value FROM ledger_read_models WHERE key = ANY($1)", [.bytesArray(keys)])
+        PostgresStatement(byKey(table: "ledger_read_models", key: "key", columns: "key, value"), [.bytesArray(keys)])
+    }
+
+    /// The rows of `table` whose primary key `key` is one of the array `$1`, each found through the
+    /// key's index. (`key = ANY($1)` lets the planner scan the whole table and hash the array once a
+    /// group's keys are a few hundred: its cost estimate for random index reads wins over a table in
+    /// memory, and the scan grows with the table. The lateral subquery with its `LIMIT` is not
+    /// flattened into a join, so each key is one index probe whatever the table's size.)
+    static func byKey(table: String, key: String, columns: String) -> String {
+        """
+        SELECT r.* FROM (SELECT DISTINCT unnest($1::bytea[]) AS asked) AS a
+            CROSS JOIN LATERAL (SELECT \(columns) FROM \(table) WHERE \(key) = a.asked LIMIT 1) AS r
+        """
     }
 
     /// The rows read for `asked`; under the head lock, the keys not found are noted as absent.
@@ -514,7 +526,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
     }
 
     private static func pseudonymsStatement(_ vaultKeys: [Key128]) -> PostgresStatement {
-        PostgresStatement("SELECT vault_key, account FROM ledger_identities WHERE vault_key = ANY($1)", [.bytesArray(vaultKeys.map(\.bytes))])
+        PostgresStatement(byKey(table: "ledger_identities", key: "vault_key", columns: "vault_key, account"), [.bytesArray(vaultKeys.map(\.bytes))])
     }
 
     /// The pseudonyms read for `asked`; under the head lock, the keys not found are noted as absent.
