@@ -122,6 +122,18 @@ import Testing
         #expect(again["code"] as? String == "permission-denied", "\(again)")
         #expect(try ledger.binding(originalTransactionId: "3002").uid == "bob")
         #expect(engine.snapshotsDropped == 2)
+
+        // A row that names no keys ("every key": a group that wrote more than ChangeLog.keyLimit).
+        once(engine) {
+            _ = second.respond(to: purchase("bob", "3003"))
+            _ = try other.withWriter { connection in
+                try connection.query("UPDATE ledger_changes SET keys = NULL WHERE generation = (SELECT generation FROM ledger_head)")
+            }
+        }
+        let third = Fixtures.object(first.respond(to: purchase("alice", "3003")))
+        #expect(third["code"] as? String == "permission-denied", "\(third)")
+        #expect(try ledger.binding(originalTransactionId: "3003").uid == "bob")
+        #expect(engine.snapshotsDropped == 3)
         #expect(try ledger.store.replay().isIntact)
     }
 
