@@ -150,10 +150,12 @@ public struct InvariantChecker: Sendable {
     private struct LineageFacts {
         var binding: Binding = .unbound
         var entitlement: (account: AccountID, revokedAt: Timestamp?, ended: Bool)?
+        var awaitsRestore = false
 
         init(_ state: LineageState?) {
             guard let state else { return }
             binding = state.binding
+            awaitsRestore = state.awaitsRestore
             if let entitlement = state.entitlement {
                 self.entitlement = (entitlement.account, entitlement.revokedAt, entitlement.endedBecause != nil)
             }
@@ -162,6 +164,7 @@ public struct InvariantChecker: Sendable {
         init(plain state: PlainLineage?) {
             guard let state else { return }
             binding = state.binding
+            awaitsRestore = state.awaitsRestore
             if let entitlement = state.entitlement {
                 self.entitlement = (entitlement.account, entitlement.revokedAt, entitlement.endedBecause != nil)
             }
@@ -357,9 +360,9 @@ public struct InvariantChecker: Sendable {
             } else if binding != .bound(account) {
                 violated(3, "entitlement granted to \(account), which is not bound to lineage \(lineage)")
             }
-            // A bound lineage without an entitlement was just bound by its account's own submission, or
-            // moved by a support transfer: only the bound account's verified submission grants it.
-            if case .bound(let owner) = binding, current.entitlement == nil, !isOwnSubmission(on: lineage, by: owner) {
+            // A bound lineage without an entitlement of its own was just bound by its account's own
+            // submission, or moved by a support transfer: only the bound account's verified submission grants it.
+            if case .bound(let owner) = binding, current.awaitsRestore, !isOwnSubmission(on: lineage, by: owner) {
                 violated(4, "lineage \(lineage) granted an entitlement without a verified restore by its bound account \(owner)")
             }
             if let facts = causeFacts(for: lineage) {
@@ -429,8 +432,13 @@ public struct InvariantChecker: Sendable {
         StateProjection.evolve(beyondLineages: &state, event, accountLineages: false)
         // A transfer applied to a lineage of another range changes only its case here.
         guard case .transferApplied(let e) = event, keeps(e.lineage) else { return }
-        // As `StateProjection.evolve(lineage:_:)` applies a transfer: bound to the target, no entitlement.
-        changeWorkingLineage(e.lineage) { $0 = PlainLineage(binding: .bound(e.target)) }
+        // As `StateProjection.evolve(lineage:_:)` applies a transfer: bound to the target, the
+        // entitlement kept and ended `transferred`.
+        changeWorkingLineage(e.lineage) {
+            var kept = $0?.entitlement
+            kept?.endedBecause = .transferred
+            $0 = PlainLineage(binding: .bound(e.target), entitlement: kept)
+        }
         count(e.source.account, e.lineage, false)
         count(e.target, e.lineage, true)
     }

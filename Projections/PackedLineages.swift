@@ -184,4 +184,10 @@ public struct PlainLineage: Equatable, Sendable {
         self.binding = binding
         self.entitlement = entitlement
     }
+
+    /// As ``LineageState/awaitsRestore``.
+    public var awaitsRestore: Bool {
+        guard case .bound = binding else { return false }
+        return entitlement.map { $0.endedBecause == .transferred } ?? true
+    }
 }

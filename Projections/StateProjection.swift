@@ -5,7 +5,8 @@ public import LedgerCore
 public enum StateProjection {
     /// Bumped whenever `evolve` or the persisted form (`ReadModel`) changes meaning; a persisted
     /// read model of another version is rebuilt. 2: storage format 2 (16-byte keys, no account lists).
-    public static let version: UInt32 = 2
+    /// 3: a transfer keeps the lineage's entitlement, ended `transferred` (``LineageState/awaitsRestore``).
+    public static let version: UInt32 = 3
 
     /// Folds the events of `records` into `state`.
     public static func fold(records: some Sequence<Record>, into state: LedgerState = LedgerState()) -> LedgerState {
@@ -93,7 +94,10 @@ public enum StateProjection {
         case .lineageTombstoned(_, let account):
             state = LineageState(binding: .tombstoned(formerAccount: account), entitlement: state?.entitlement)
         case .transferApplied(let e):
-            state = LineageState(binding: .bound(e.target), entitlement: nil)
+            // The entitlement stays, ended `transferred`, until the target restores: it keeps any refund.
+            var kept = state?.entitlement
+            kept?.endedBecause = .transferred
+            state = LineageState(binding: .bound(e.target), entitlement: kept)
         default:
             break
         }

@@ -39,6 +39,7 @@ public enum Decider {
 
         switch current.binding {
         case .tombstoned:
+            if let revokedAt = transaction.revocationDate { recordRevocation(at: revokedAt, of: lineage, current, into: &events) }
             return decided(isReconciliation ? .tombstonedNotification : .lineageTombstoned)
         case .unbound:
             guard let account = submission.account, !isReconciliation else { return decided(.notBound) }
@@ -49,17 +50,17 @@ public enum Decider {
         case .bound(let owner):
             if let account = submission.account, account != owner { return decided(.boundToAnotherAccount) }
             // Moved by a support transfer: only the bound account's own verified submission grants.
-            if current.entitlement == nil, isReconciliation || submission.account != owner {
+            if current.awaitsRestore, isReconciliation || submission.account != owner {
+                if let revokedAt = transaction.revocationDate { recordRevocation(at: revokedAt, of: lineage, current, into: &events) }
                 return decided(.awaitingRestore, owner)
             }
             if let revokedAt = transaction.revocationDate {
-                if let entitlement = current.entitlement, entitlement.revokedAt == nil {
-                    events.append(.entitlementRevoked(lineage: lineage, account: owner, revokedAt: revokedAt))
-                }
+                recordRevocation(at: revokedAt, of: lineage, current, into: &events)
                 return decided(.transactionRevoked, owner)
             }
+            // A refund recorded before a transfer stays on the entitlement it kept (``LineageState/awaitsRestore``).
             if isRefunded(transaction, by: current.entitlement) { return decided(.refundedTransaction, owner) }
-            let granted = grant(transaction, to: owner, lineage: lineage, previous: current.entitlement)
+            let granted = grant(transaction, to: owner, lineage: lineage, previous: current.visibleEntitlement)
             let expired = granted.expiresAt.map { $0 <= at } ?? false
             if isReconciliation && expired {
                 if let entitlement = current.entitlement, entitlement.endedBecause == nil {
@@ -84,18 +85,29 @@ public enum Decider {
         }
         if transaction.ownership == .familyShared { return decided(.familyShared) }
         let current = state.lineage(lineage)
+        let type = notification.notificationType
+        let revokedAt = revocation(notification, transaction)
+        // A lineage that grants nothing now (tombstoned, or moved by a support transfer and not
+        // restored yet) still records Apple's refund, or its reversal, on the entitlement it kept:
+        // a transaction from before the refund must never grant again, after a transfer included.
+        func recordedWithoutGrant(_ reason: DecisionReason, _ account: AccountID? = nil) -> DecisionIssued {
+            if let revokedAt {
+                recordRevocation(at: revokedAt, of: lineage, current, into: &events)
+            } else if type == "REFUND_REVERSED", let entitlement = current.entitlement, entitlement.revokedAt != nil {
+                events.append(.entitlementReinstated(lineage: lineage, account: entitlement.account))
+            }
+            return decided(reason, account)
+        }
         let owner: AccountID
         switch current.binding {
         case .unbound: return decided(.notBound)
-        case .tombstoned: return decided(.tombstonedNotification)
+        case .tombstoned: return recordedWithoutGrant(.tombstonedNotification)
         case .bound(let account): owner = account
         }
-        // Moved by a support transfer: nothing changes until the bound account runs Restore Purchases.
-        guard let entitlement = current.entitlement else { return decided(.awaitingRestore, owner) }
-        let type = notification.notificationType
-        if revokingNotifications.contains(type) || (extendingNotifications.contains(type) && transaction.revocationDate != nil) {
+        // Moved by a support transfer: nothing is granted until the bound account runs Restore Purchases.
+        guard let entitlement = current.visibleEntitlement else { return recordedWithoutGrant(.awaitingRestore, owner) }
+        if let revokedAt {
             guard entitlement.revokedAt == nil else { return decided(.notificationRecorded, owner) }
-            let revokedAt = transaction.revocationDate ?? notification.signedDate
             events.append(.entitlementRevoked(lineage: lineage, account: owner, revokedAt: revokedAt))
             return decided(.notificationRevoked, owner)
         }
@@ -145,6 +157,25 @@ public enum Decider {
         }
         return EntitlementGranted(
             lineage: lineage, account: account, productId: transaction.productId, expiresAt: transaction.expiresDate)
+    }
+
+    /// When `notification` tells of a refund or revocation: a revoking type, or an extending one
+    /// whose transaction carries a revocation date.
+    private static func revocation(_ notification: NotificationReceived, _ transaction: TransactionFacts) -> Timestamp? {
+        let type = notification.notificationType
+        guard revokingNotifications.contains(type) || (extendingNotifications.contains(type) && transaction.revocationDate != nil)
+        else { return nil }
+        return transaction.revocationDate ?? notification.signedDate
+    }
+
+    /// Records Apple's revocation at `revokedAt` on the entitlement `current` holds (whoever's it is:
+    /// the bound account's, a deleted owner's or, after a transfer, the previous owner's), unless it
+    /// is revoked already.
+    private static func recordRevocation(
+        at revokedAt: Timestamp, of lineage: LineageKey, _ current: LineageState, into events: inout [LedgerEvent]
+    ) {
+        guard let entitlement = current.entitlement, entitlement.revokedAt == nil else { return }
+        events.append(.entitlementRevoked(lineage: lineage, account: entitlement.account, revokedAt: revokedAt))
     }
 
     /// True when `entitlement` is revoked and `transaction` was purchased at or before the

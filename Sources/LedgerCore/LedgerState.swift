@@ -45,6 +45,17 @@ public struct LineageState: Equatable, Sendable {
         self.entitlement = entitlement
     }
 
+    /// Moved by a support transfer and not restored yet by its bound account. The entitlement kept
+    /// is the one the lineage had before the transfer, ended `transferred`, with any refund Apple
+    /// reported since, so that a transaction from before a refund never grants again.
+    public var awaitsRestore: Bool {
+        guard case .bound = binding else { return false }
+        return entitlement.map { $0.endedBecause == .transferred } ?? true
+    }
+
+    /// The entitlement the lineage gives: none while it ``awaitsRestore``.
+    public var visibleEntitlement: Entitlement? { awaitsRestore ? nil : entitlement }
+
     /// The entitlement when it is active at `time` and its account is the bound account.
     public func activeEntitlement(at time: Timestamp) -> Entitlement? {
         guard let entitlement, case .bound(let owner) = binding, owner == entitlement.account,

@@ -335,7 +335,7 @@ public enum Forensics {
                     [history.boundAt] + attempts.map(\.sequence))
             }
             let transferredIn = history.transfers.last.flatMap { $0.event.target == account ? $0.sequence : nil }
-            guard let entitlement = state.entitlement, entitlement.account == account else {
+            guard let entitlement = state.visibleEntitlement, entitlement.account == account else {
                 return result(
                     transferredIn == nil ? .notEntitled : .transferred,
                     "At \(when) the lineage is bound to this account (seq \(history.boundAt.map(String.init) ?? "?"))"

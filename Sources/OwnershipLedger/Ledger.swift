@@ -291,7 +291,7 @@ public final class Ledger: @unchecked Sendable {
         var decision = Decision(events: prior.events, sequence: prior.sequence, at: at, duplicate: true)
         if decision.entitlement != nil, let lineage {
             let current = state.lineage(lineage)
-            decision.entitlement = current.entitlement.map { EntitlementView($0, lineage: current, at: at) }
+            decision.entitlement = current.visibleEntitlement.map { EntitlementView($0, lineage: current, at: at) }
         }
         return decision
     }
@@ -430,7 +430,7 @@ public final class Ledger: @unchecked Sendable {
         let time = at ?? clock()
         return BindingView(
             binding: state.binding, uid: try state.binding.liveAccount.flatMap { a in try store.read { try store.uid(of: a, in: $0) } },
-            entitlement: state.entitlement.map { EntitlementView($0, lineage: state, at: time) })
+            entitlement: state.visibleEntitlement.map { EntitlementView($0, lineage: state, at: time) })
     }
 
     /// The entitlements of the live account `uid` at `at` (now by default), as the ledger knew them
@@ -443,7 +443,7 @@ public final class Ledger: @unchecked Sendable {
         let time = at ?? clock()
         let entitlements = (state.accountLineages[account] ?? []).sorted().compactMap { key -> EntitlementView? in
             let lineage = state.lineage(key)
-            guard let entitlement = lineage.entitlement, entitlement.account == account else { return nil }
+            guard let entitlement = lineage.visibleEntitlement, entitlement.account == account else { return nil }
             return EntitlementView(entitlement, lineage: lineage, at: time)
         }
         return AccountView(uid: uid, known: true, entitlements: entitlements)

@@ -206,7 +206,9 @@ enum Samples {
                     deletedAccounts: [S.alice]))
     }
 
-    @Test func aTransferRebindsAndLeavesNoEntitlement() {
+    /// The previous entitlement stays, ended `transferred` (with any refund on it), and the
+    /// target has none until it restores.
+    @Test func aTransferRebindsAndKeepsThePreviousEntitlementEnded() {
         let request = TransferRequested(plan: S.plan, planDigest: S.digest(9), requestedBy: "ops-ana", signature: [])
         let state = StateProjection.fold([
             .lineageBound(lineage: S.lineage, account: S.alice),
@@ -219,9 +221,15 @@ enum Samples {
         #expect(
             state
                 == LedgerState(
-                    lineages: [S.lineage: LineageState(binding: .bound(S.bob), entitlement: nil)],
+                    lineages: [
+                        S.lineage: LineageState(
+                            binding: .bound(S.bob),
+                            entitlement: Entitlement(account: S.alice, productId: "p", expiresAt: 10, endedBecause: .transferred))
+                    ],
                     accountLineages: [S.bob: [S.lineage]],
                     transfers: ["CASE-1": TransferCase(request: request, approval: nil, applied: true)]))
+        #expect(state.lineage(S.lineage).awaitsRestore)
+        #expect(state.lineage(S.lineage).visibleEntitlement == nil)
     }
 
     /// `changesNothing` (a retry's test, which copies only what the events touch) answers as folding

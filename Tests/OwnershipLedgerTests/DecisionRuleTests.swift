@@ -168,6 +168,71 @@ import Testing
         try expectIntact()
     }
 
+    // MARK: A refund is kept through deletion and transfer (C2, I3)
+
+    /// Events named `name` appended after `after`.
+    func count(_ name: String, after: UInt64) throws -> Int { try events(after: after).filter { $0.name == name }.count }
+
+    @Test func aRefundWhileAwaitingRestoreIsKeptSoThePreRefundTransactionCannotGrantTheTarget() throws {
+        defer { directory.remove() }
+        try transferred()
+        let before = try head()
+        let refund = notify("REFUND", uuid: "refund-awaiting", purchased: t, revokedAt: t + 4 * day, at: t + 4 * day)
+        #expect(refund["code"] as? String == "awaiting-restore")
+        #expect(try count("entitlement-revoked", after: before) == 1)
+        #expect(try ledger.binding(originalTransactionId: "1001").entitlement == nil)
+        // The transaction signed before the refund, replayed by the target as its restore.
+        let stale = transaction("restore", "bob", tid: "1001", purchased: t, at: t + 5 * day)
+        #expect(stale["decision"] as? String == "denied")
+        #expect(stale["code"] as? String == "revoked")
+        #expect(try grantsOrReinstatements(after: before) == [])
+        #expect(try activeProducts("bob", at: t + 5 * day) == [])
+        // Apple reverses the refund: recorded, still nothing granted until the target restores.
+        let reversed = notify("REFUND_REVERSED", uuid: "reversed-awaiting", purchased: t, at: t + 6 * day)
+        #expect(reversed["code"] as? String == "awaiting-restore")
+        #expect(try events(after: before).map(\.name).filter { $0 == "entitlement-granted" } == [])
+        #expect(try count("entitlement-reinstated", after: before) == 1)
+        let restore = transaction("restore", "bob", tid: "1001", purchased: t, at: t + 7 * day)
+        #expect(restore["decision"] as? String == "granted", "\(restore)")
+        #expect(try activeProducts("bob", at: t + 7 * day) == ["com.myrecipes.premium.monthly"])
+        try expectIntact()
+    }
+
+    @Test func aRefundAfterTheOwnerDeletedTheAccountIsKeptAndSupportCannotMoveTheLineage() throws {
+        defer { directory.remove() }
+        transaction("purchase", "alice", tid: "1001", purchased: t, at: t)
+        #expect(send(["type": "delete-account", "account": "alice", "at": t + day])["decision"] as? String == "recorded")
+        let before = try head()
+        let refund = notify("REFUND", uuid: "refund-tombstone", purchased: t, revokedAt: t + 2 * day, at: t + 2 * day)
+        #expect(refund["code"] as? String == "tombstoned")
+        #expect(try count("entitlement-revoked", after: before) == 1)
+        // A revoked transaction submitted to the tombstone records nothing more: the refund is there.
+        let revoked = transaction("restore", "carol", tid: "1001", purchased: t, at: t + 3 * day)
+        #expect(revoked["code"] as? String == "permission-denied")
+        let input = TransferRequestInput(
+            caseId: "C-refunded", reason: "customer lost access to the Apple-linked account; ticket 4712", originalTransactionId: "1001",
+            targetUID: "bob", targetAuthentication: "firebase re-auth + email OTP to the address on file",
+            ownershipEvidence: "Apple order id MK7Q2X9Q looked up in App Store Connect")
+        let request = try ledger.requestTransfer(input, operator: "olivia", key: olivia, at: t + 3 * day)
+        #expect(!request.accepted)
+        #expect(request.checks.first { $0.name == "not-refunded" }?.passed == false, "\(request.checks)")
+        #expect(try ledger.binding(originalTransactionId: "1001").state == "tombstoned")
+        try expectIntact()
+    }
+
+    @Test func aRefundWhileAwaitingRestoreRefusesAnotherTransferOfTheLineage() throws {
+        defer { directory.remove() }
+        try transferred()
+        notify("REFUND", uuid: "refund-awaiting-2", purchased: t, revokedAt: t + 4 * day, at: t + 4 * day)
+        let input = TransferRequestInput(
+            caseId: "C-2", reason: "the target account was the wrong one; ticket 4713", originalTransactionId: "1001",
+            targetUID: "dave", targetAuthentication: "firebase re-auth + email OTP to the address on file",
+            ownershipEvidence: "Apple order id MK7Q2X9R looked up in App Store Connect")
+        let request = try ledger.requestTransfer(input, operator: "olivia", key: olivia, at: t + 5 * day)
+        #expect(request.checks.first { $0.name == "not-refunded" }?.passed == false, "\(request.checks)")
+        try expectIntact()
+    }
+
     // MARK: A transferred lineage waits for the target's verified restore (I3)
 
     @Test func afterATransferNotificationsAndReconciliationGrantNothingUntilTheTargetRestores() throws {
