@@ -179,13 +179,23 @@ struct WriteGroup {
         return try store.uid(of: account, in: reader)
     }
 
-    /// The version a transfer plan states: the number of the lineage's records, including the
-    /// group's, other than steps of transfer cases (approvals and refusals change nothing).
+    /// The version a transfer plan states: the number of the lineage's records that changed its
+    /// binding or entitlement or requested a transfer of it, plus the group's own records. Attempts
+    /// that changed nothing (a denied restore, a replayed transaction, a notification recording
+    /// nothing) and approvals and refusals do not count, so nobody holding a transaction can make
+    /// a plan stale without changing the subscription.
     func lineageVersion(_ lineage: LineageKey) throws -> UInt64 {
         var version = appendedOnLineage[lineage] ?? 0
+        var state: LineageState?
         for sequence in try reader.sequences(ofLineage: lineage, through: reader.head().sequence) {
             guard let bytes = try reader.record(sequence) else { throw LedgerStoreError.corrupt("record \(sequence) is missing from the log") }
-            if !Self.isCaseStep(try RecordCodec.decode(bytes, sequence: sequence)) { version += 1 }
+            let before = state
+            var requested = false
+            for event in try RecordCodec.decode(bytes, sequence: sequence).events {
+                if case .transferRequested(let request) = event, request.plan.lineage == lineage { requested = true }
+                if StateProjection.changedLineage(event) == lineage { StateProjection.evolve(lineage: &state, event) }
+            }
+            if requested || state != before { version += 1 }
         }
         return version
     }

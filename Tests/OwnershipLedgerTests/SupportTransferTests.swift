@@ -252,6 +252,24 @@ import Testing
         try expectApplyRefused("C-1", check: "plan-not-stale")
     }
 
+    /// Attempts that change nothing (a denied restore by another account, the owner replaying the
+    /// transaction it already holds) do not make a plan stale: nobody holding the transaction can
+    /// keep a recovery from being applied.
+    @Test func attemptsThatChangeNothingDoNotMakeAPlanStale() throws {
+        defer { directory.remove() }
+        try requested()
+        #expect(try ledger.approveReviewed(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
+        for _ in 0..<3 {
+            #expect(purchase("mallory", "1001", at: t, type: "restore")["code"] as? String == "permission-denied")
+            #expect(purchase("alice", "1001", at: t, type: "restore")["decision"] as? String == "granted")
+        }
+        let review = try ledger.reviewTransfer(caseId: "C-1")
+        #expect(review.checks.first { $0.name == "plan-not-stale" }?.passed == true, "\(review.checks)")
+        let applied = try ledger.applyTransfer(caseId: "C-1", staff: "olivia", key: olivia, at: t + 3 * day)
+        #expect(applied.accepted, "\(applied.refusalReason ?? "")")
+        #expect(try ledger.binding(originalTransactionId: "1001").uid == "bob")
+    }
+
     @Test func targetCannotBeAStaffMembersOwnAccount() throws {
         defer { directory.remove() }
         purchase("alice", "1001", at: t)
