@@ -1,7 +1,7 @@
 public import AppleSignedData
 public import LedgerCore
 public import LedgerCrypto
-import LedgerStore
+public import LedgerStore
 public import Projections
 
 /// What a support step did (or, for a dry run, would do).
@@ -109,7 +109,8 @@ public struct AuditRecord: Sendable {
     public var entry: AuditEntry
     /// Who signed (the administrator, operator, approver or applier), for signed support events.
     public var signer: StaffID?
-    /// `valid`, `invalid`, `unsigned-first-administrator` (set by `init`), `unsigned-format-1` (an
+    /// `valid`, `invalid`, `unsigned-first-administrator` (set by `init` on an empty roster; an
+    /// unsigned enrolment anywhere later is `invalid`), `unsigned-format-1` (an
     /// apply recorded in storage format 1, which kept no apply signature), or nil for unsigned entries.
     public var signature: String?
     /// The second administrator of a co-signed roster change.
@@ -123,6 +124,16 @@ public struct AuditRecord: Sendable {
 
     /// Every signature of the entry that was checked verifies.
     public var isValid: Bool { signature != "invalid" && coSignature != "invalid" && coSignature != "missing" }
+}
+
+/// What `audit` found: the entries, and whether the log they were read from is intact.
+public struct AuditReport: Sendable {
+    public var records: [AuditRecord]
+    /// The first break of the hash chain, if the log was changed: then no entry can be trusted.
+    public var chainFault: ChainFault?
+
+    /// Every signature verifies and the chain is intact.
+    public var isValid: Bool { chainFault == nil && records.allSatisfy(\.isValid) }
 }
 
 extension Ledger {
@@ -399,10 +410,12 @@ extension Ledger {
 
     /// The trusted audit trail (denials, deletions, Family Sharing rejections, roster changes and every
     /// transfer step), optionally only for case `caseId` or the lineage of `originalTransactionId`, with
-    /// every signature checked again against the roster as it stood at that record.
+    /// every signature checked again against the roster as it stood at that record, and the hash
+    /// chain of the log they come from checked as `verify` checks it. (A store rewritten whole, its
+    /// chain recomputed, is caught only against a signed checkpoint: `verify --checkpoint`.)
     /// - Complexity: O(records).
     public func audit(caseId: String? = nil, originalTransactionId: String? = nil, environment: AppleEnvironment? = nil) throws
-        -> [AuditRecord]
+        -> AuditReport
     {
         let lineage = try originalTransactionId.map { try self.lineage(originalTransactionId: $0, environment: environment) }
         var state = LedgerState()
@@ -410,8 +423,11 @@ extension Ledger {
         var records: [AuditRecord] = []
         var caseLineages: [String: LineageKey] = [:]
         var formatOneThrough: UInt64 = 0
+        var chainFault: ChainFault?
         try store.read { reader in
-            try reader.forEachRecord(from: 1, through: .max) { sequence, bytes in
+            var walk = try ChainWalk(head: try reader.head())
+            try reader.forEachRecord(from: 1, through: walk.head.sequence) { sequence, bytes in
+                guard try walk.add(sequence, bytes, reader: reader) else { return false }
                 let record = try RecordCodec.decode(bytes, sequence: sequence)
                 if sequence == 1, case .storeUpgraded(let upgraded)? = record.events.first { formatOneThrough = 1 + upgraded.copiedRecords }
                 let formatOne = sequence > 1 && sequence <= formatOneThrough
@@ -451,8 +467,9 @@ extension Ledger {
                 }
                 return true
             }
+            chainFault = walk.finish()
         }
-        return records.filter { record in
+        let selected = records.filter { record in
             if let caseId, record.entry.caseId != caseId { return false }
             if let lineage {
                 let entryLineage = record.entry.lineage ?? record.entry.caseId.flatMap { caseLineages[$0] }
@@ -460,6 +477,7 @@ extension Ledger {
             }
             return true
         }
+        return AuditReport(records: selected, chainFault: chainFault)
     }
 
     /// The signatures of a roster change or proposal, checked against the roster before it.
@@ -474,7 +492,8 @@ extension Ledger {
         }
         let message = change.signedMessage
         guard let signer = change.signer else {
-            checked.signature = "unsigned-first-administrator"
+            // Only the roster's first member is enrolled unsigned (`init --admin`); any later one is forged.
+            checked.signature = state.staff.isEmpty ? "unsigned-first-administrator" : "invalid"
             return
         }
         checked.changeDigest = try digest(of: message)

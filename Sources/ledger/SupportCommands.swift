@@ -222,21 +222,21 @@ struct AuditCommand: Subcommand {
         refusals) with its sequence number, time, staff id, case, private reason, and each signature checked
         again against the roster as it stood at that record ("signature": "valid" | "invalid", and for
         roster changes "coSignature"; docs/support-recovery.md lists every value). Staff-only: it shows
-        private case reasons. Exit 1 when any signature does not verify or a required co-signature is missing.
+        private case reasons. Exit 1 when any signature does not verify, a required co-signature is missing
+        or the log's hash chain is broken (named on standard error).
         """
     static let options: Set<String> = ["case", "original-transaction-id", "environment"]
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let ledger = try openLedger(arguments)
-        let records = try ledger.audit(
+        let report = try ledger.audit(
             caseId: arguments.value("case"), originalTransactionId: try arguments.originalTransactionId(required: false),
             environment: try arguments.environment())
-        var allValid = true
-        for record in records {
-            if !record.isValid { allValid = false }
-            console.out(JSONLine.render(SupportJSON.render(record)))
+        for record in report.records { console.out(JSONLine.render(SupportJSON.render(record))) }
+        if let fault = report.chainFault {
+            console.err("ledger audit: the hash chain is broken (\(fault)): the entries above cannot be trusted; run ledger verify")
         }
-        return allValid ? .success : .verificationFailed
+        return report.isValid ? .success : .verificationFailed
     }
 }
 

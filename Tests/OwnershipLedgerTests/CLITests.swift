@@ -108,6 +108,10 @@ import Testing
         #expect(verify.status == 1)
         #expect(verify.json["firstBadSeq"] as? Int == 1, "\(verify.stdout)")
         #expect(verify.json["lastBadSeq"] as? Int == 4, "\(verify.stdout)")
+        // The audit trail read from the changed log says it cannot be trusted.
+        let audit = try LedgerBinary.run(["audit", "--store", store])
+        #expect(audit.status == 1)
+        #expect(audit.stderr.contains("hash chain is broken"), "\(audit.stderr)")
     }
 
     @Test func twoProcessesAppendingConcurrentlyLeaveAGaplessVerifiedChain() throws {

@@ -370,7 +370,7 @@ import Testing
         #expect(second.step == "enroll")
         #expect(second.accepted)
         try expectIntact()
-        let audit = try ledger.audit().filter { $0.entry.kind == "staff-enrolled" || $0.entry.kind == "staff-removed" }
+        let audit = try ledger.audit().records.filter { $0.entry.kind == "staff-enrolled" || $0.entry.kind == "staff-removed" }
         #expect(audit.filter { !$0.isValid }.isEmpty)
         #expect(audit.last?.coSignature == "not-required-bootstrap")
         #expect(audit.contains { $0.entry.staff == "cy" && $0.coSigner == "ann" && $0.coSignature == "valid" })
@@ -410,13 +410,13 @@ import Testing
             return
         }
         #expect(try olivia.publicKey.isValidSignature(event.signature, for: event.signedMessage))
-        #expect(try ledger.audit().first { $0.entry.kind == "transfer-applied" }?.signature == "valid")
+        #expect(try ledger.audit().records.first { $0.entry.kind == "transfer-applied" }?.signature == "valid")
         try expectIntact()
         // The same apply recorded again, signed by adam in olivia's name.
         var forged = event
         forged.signature = try adam.sign(event.signedMessage)
         try appendRaw([.transferApplied(forged)], at: t + 4 * day)
-        #expect(try ledger.audit().last { $0.entry.kind == "transfer-applied" }?.signature == "invalid")
+        #expect(try ledger.audit().records.last { $0.entry.kind == "transfer-applied" }?.signature == "invalid")
         let violations = try ledger.store.replay().violations
         let last = try head()
         #expect(violations.contains { $0.sequence == last && $0.message.contains("apply signature") })
@@ -484,7 +484,7 @@ import Testing
         _ = try ledger.approveReviewed(caseId: "C-1", approver: "olivia", key: olivia, at: t + 2 * day)
         _ = try ledger.approveReviewed(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day)
         _ = try ledger.applyTransfer(caseId: "C-1", staff: "olivia", key: olivia, at: t + 3 * day)
-        let trail = try ledger.audit()
+        let trail = try ledger.audit().records
         let kinds = trail.map(\.entry.kind)
         for kind in ["staff-enrolled", "transfer-requested", "transfer-refused", "transfer-approved", "transfer-applied"] {
             #expect(kinds.contains(kind))
@@ -497,11 +497,11 @@ import Testing
         #expect(trail.filter { $0.signature == "valid" }.count == 10)
         #expect(trail.filter { $0.coSignature == "valid" }.count == 3)
         let reopened = try Ledger(opening: ledger.store.location)
-        #expect(try reopened.audit().map(\.entry) == trail.map(\.entry))
-        #expect(try reopened.audit().map(\.signature) == trail.map(\.signature))
-        let byCase = try ledger.audit(caseId: "C-1")
+        #expect(try reopened.audit().records.map(\.entry) == trail.map(\.entry))
+        #expect(try reopened.audit().records.map(\.signature) == trail.map(\.signature))
+        let byCase = try ledger.audit(caseId: "C-1").records
         #expect(byCase.map(\.entry.kind) == ["transfer-requested", "transfer-refused", "transfer-approved", "transfer-applied"])
-        #expect(try ledger.audit(originalTransactionId: "1001").map(\.entry.kind).contains("transfer-refused"))
+        #expect(try ledger.audit(originalTransactionId: "1001").records.map(\.entry.kind).contains("transfer-refused"))
         #expect(byCase.first?.entry.reason.contains("ticket 4711") == true)
     }
 
@@ -542,6 +542,21 @@ import Testing
         #expect(report.violations.contains { $0.invariant == 5 && $0.sequence == applied && $0.message.contains("approval") })
         // Without the signature checks the same history looks authorised: the signatures are what catch it.
         #expect(try !InvariantChecker.check(try ledger.store.records()).contains { $0.invariant == 5 })
+    }
+
+    /// Only the roster's first member is enrolled unsigned: an unsigned enrolment written later (by
+    /// someone rewriting the store) is an invalid audit entry, not a second root of trust.
+    @Test func anUnsignedEnrolmentAfterTheFirstAdministratorIsInvalidInTheAudit() throws {
+        defer { directory.remove() }
+        let mallory = try Ed25519PrivateKey.generate()
+        try appendRaw(
+            [.staffEnrolled(StaffEnrolled(staff: "mallory", roles: .approver, publicKey: mallory.publicKey.rawRepresentation, ownAccount: nil, enrolledBy: nil, signature: []))],
+            at: t)
+        let report = try ledger.audit()
+        #expect(report.records.first { $0.entry.kind == "staff-enrolled" }?.signature == "unsigned-first-administrator")
+        #expect(report.records.last { $0.entry.kind == "staff-enrolled" }?.signature == "invalid")
+        #expect(!report.isValid)
+        #expect(report.chainFault == nil)
     }
 
     // MARK: The runbook through the binary
