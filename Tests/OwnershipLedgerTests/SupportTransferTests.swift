@@ -549,9 +549,9 @@ import Testing
     @Test func anUnsignedEnrolmentAfterTheFirstAdministratorIsInvalidInTheAudit() throws {
         defer { directory.remove() }
         let mallory = try Ed25519PrivateKey.generate()
-        try appendRaw(
-            [.staffEnrolled(StaffEnrolled(staff: "mallory", roles: .approver, publicKey: mallory.publicKey.rawRepresentation, ownAccount: nil, enrolledBy: nil, signature: []))],
-            at: t)
+        let unsigned = StaffEnrolled(
+            staff: "mallory", roles: .approver, publicKey: mallory.publicKey.rawRepresentation, ownAccount: nil, enrolledBy: nil, signature: [])
+        try appendRaw([.staffEnrolled(unsigned)], at: t)
         let report = try ledger.audit()
         #expect(report.records.first { $0.entry.kind == "staff-enrolled" }?.signature == "unsigned-first-administrator")
         #expect(report.records.last { $0.entry.kind == "staff-enrolled" }?.signature == "invalid")
