@@ -75,8 +75,9 @@ struct JSONFields {
         switch raw {
         case .integer(let millis):
             return millis
+        case .number(let millis) where JSONValue.isBeyondInt64(millis):
+            throw VerificationError(.invalidPayload, JSONValue.outsideSupportedRange("\(context).\(key)"))
         case .number(let millis) where floorsFractionalMillis:
-            // Int64(exactly:) is nil beyond Int64's range (e.g. 1e300): refused like any other non-time.
             if let floored = Int64(exactly: millis.rounded(.down)) { return floored }
         default:
             break
@@ -137,4 +138,14 @@ extension JSONValue {
     /// The one message for a time that is not a whole number of milliseconds (a fraction, an
     /// exponent, a string or a boolean), wherever it is read.
     public static func millisecondsRequired(_ field: String) -> String { "\(field) must be a whole number of milliseconds" }
+
+    /// The one message for a time outside 1970 through 9999 (`time`, when it fits in 64 bits),
+    /// wherever it is read.
+    public static func outsideSupportedRange(_ field: String, _ time: Int64? = nil) -> String {
+        "\(field)\(time.map { " \($0)" } ?? "") is outside the supported range (1970 through 9999, in milliseconds)"
+    }
+
+    /// True for a number too large in magnitude for 64 bits (however it was written): as a time it
+    /// is out of range, not a fraction.
+    public static func isBeyondInt64(_ number: Double) -> Bool { !(number > -0x1p63 && number < 0x1p63) }
 }

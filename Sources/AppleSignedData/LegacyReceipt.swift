@@ -80,8 +80,16 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
     /// Whole milliseconds as a string of decimal digits (Apple's form) or a plain JSON integer.
     static func optionalMs(_ f: JSONFields, _ key: String) throws(VerificationError) -> Int64? {
         guard let value = try optionalDecimal(f, key) else { return nil }
-        guard let millis = value else { throw VerificationError(.invalidPayload, JSONValue.millisecondsRequired("\(f.context).\(key)")) }
-        return millis
+        if let millis = value { return millis }
+        switch f.value(key) {
+        case .number(let number) where JSONValue.isBeyondInt64(number):
+            throw VerificationError(.invalidPayload, JSONValue.outsideSupportedRange("\(f.context).\(key)"))
+        case .string(let digits) where !digits.isEmpty && digits.utf8.allSatisfy({ (48...57).contains($0) }):
+            // Decimal digits that do not fit in 64 bits.
+            throw VerificationError(.invalidPayload, JSONValue.outsideSupportedRange("\(f.context).\(key)"))
+        default:
+            throw VerificationError(.invalidPayload, JSONValue.millisecondsRequired("\(f.context).\(key)"))
+        }
     }
 
     /// A count or code as a string of decimal digits or a plain JSON integer.

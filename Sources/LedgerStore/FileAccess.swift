@@ -103,6 +103,15 @@ public enum FileAccess {
         try withNewFile(url) { fd in try write(contents, to: fd, path: url.path) }
     }
 
+    /// Writes `contents` to the file `path`, created (mode 0666 less the umask) or replaced in place,
+    /// as an output file (`--out`). A failure says why (`EISDIR`, `ENOENT`, `ENOSPC`…).
+    public static func writeFile(_ path: String, contents: [UInt8]) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o666)
+        guard fd >= 0 else { throw failure("write", path, errno) }
+        defer { close(fd) }
+        try write(contents, to: fd, path: path)
+    }
+
     /// Copies the regular file `source` into the new file `destination` (mode 0600, refused when it
     /// exists), 1 MiB at a time, synced to disk.
     public static func copyFile(_ source: URL, to destination: URL) throws {

@@ -216,8 +216,10 @@ extension Ledger {
                 "this store was upgraded from a format-1 log of \(upgraded.records) records (record 1); a checkpoint of that log at "
                     + "another size is checked against the format-1 store, which the upgrade left unchanged (record 1 carries its final root)")
         } else if parsed.size > logSize {
-            problems.append("the log has \(logSize) records, fewer than the checkpoint's \(parsed.size): records were removed")
-            firstBad = logSize + 1
+            // No record of this log is to blame: the records the checkpoint claims are not here.
+            problems.append(
+                "the checkpoint does not match this log: it claims \(parsed.size) records, the log has \(logSize) "
+                    + "(records were removed, or the checkpoint is not of this log)")
         } else if let root = scan.rootAtSize?.bytes {
             recomputed = root
             if root != parsed.rootHash {
@@ -252,7 +254,8 @@ extension Ledger {
         }
         var projections: [CheckpointReport.ProjectionCheck] = []
         let replayed = try scan.state.map(Forensics.stateHash)
-        for line in parsed.extensions where !formatOneOrigin {
+        // Past the log's end there is no state of `size` records to compare (the size problem is reported).
+        for line in parsed.extensions where !formatOneOrigin && parsed.size <= logSize {
             guard let (version, hash) = Forensics.parseStateLine(line) else { continue }
             guard version == StateProjection.version else {
                 projections.append(.init(version: version, recorded: hash, replayed: nil, status: "other-version"))

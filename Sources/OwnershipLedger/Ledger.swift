@@ -4,6 +4,7 @@ public import LedgerCore
 public import LedgerCrypto
 public import LedgerStore
 import Projections
+import StrictJSON
 
 /// The ownership ledger: open a store, submit verified facts and get decisions, query bindings and
 /// entitlements, replay and verify history. This is the library's entry point; the `ledger` tool
@@ -330,33 +331,38 @@ public final class Ledger: @unchecked Sendable {
     /// auto-renewable subscriptions (a `type` other than that, or no `expiresDate`).
     public static func validate(_ submission: Submission, at: Timestamp) throws {
         // Field names are built only for a refusal: every line passes these checks.
-        func check(_ time: Timestamp?, _ field: @autoclosure () -> String) throws {
+        // A field of the transaction or notification data is `invalid-payload`, as the decoders
+        // answer for the same field; `at` is the line's own (`invalid-argument`).
+        let payload = "invalid-payload"
+        func check(_ time: Timestamp?, _ field: @autoclosure () -> String, code: String = payload) throws {
             guard let time, !LedgerTime.supportedRange.contains(time) else { return }
-            throw SubmissionError("\(field()) \(time) is outside the supported range (1970 through 9999, in milliseconds)")
+            throw SubmissionError(JSONValue.outsideSupportedRange(field(), time), code: code)
         }
         func check(_ transaction: TransactionPayload, _ context: String) throws {
             func checkIdentifier(_ kind: AppleIdentifier, _ value: String) throws {
-                if let problem = kind.problem(value, field: "\(context).\(kind.rawValue)") { throw SubmissionError(problem) }
+                if let problem = kind.problem(value, field: "\(context).\(kind.rawValue)") { throw SubmissionError(problem, code: payload) }
             }
             try checkIdentifier(.originalTransactionId, transaction.originalTransactionId)
             try checkIdentifier(.transactionId, transaction.transactionId)
             try checkIdentifier(.productId, transaction.productId)
             if let type = transaction.type, type != "Auto-Renewable Subscription" {
-                throw SubmissionError("\(context).type \"\(type)\" is not an auto-renewable subscription; the ledger binds only subscriptions")
+                throw SubmissionError(
+                    "\(context).type \"\(type)\" is not an auto-renewable subscription; the ledger binds only subscriptions", code: payload)
             }
             guard transaction.expiresDate != nil else {
-                throw SubmissionError("\(context) is missing expiresDate, which every subscription transaction carries")
+                throw SubmissionError("\(context) is missing expiresDate, which every subscription transaction carries", code: payload)
             }
             guard transaction.inAppOwnershipType == "PURCHASED" || transaction.inAppOwnershipType == "FAMILY_SHARED" else {
                 throw SubmissionError(
-                    "\(context).inAppOwnershipType \"\(transaction.inAppOwnershipType)\" is neither PURCHASED nor FAMILY_SHARED")
+                    "\(context).inAppOwnershipType \"\(transaction.inAppOwnershipType)\" is neither PURCHASED nor FAMILY_SHARED",
+                    code: payload)
             }
             try check(transaction.purchaseDate, "\(context).purchaseDate")
             try check(transaction.expiresDate, "\(context).expiresDate")
             try check(transaction.revocationDate, "\(context).revocationDate")
             try check(transaction.signedDate, "\(context).signedDate")
         }
-        try check(at, "at")
+        try check(at, "at", code: "invalid-argument")
         switch submission {
         case .transaction(_, _, let payload, _): try check(payload, "transaction")
         case .notification(let payload, _):

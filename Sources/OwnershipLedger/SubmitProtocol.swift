@@ -21,6 +21,15 @@ public struct SubmitProtocol: Sendable {
     static let allowedFields = [
         "type", "account", "signedTransaction", "transaction", "receipt", "signedPayload", "notification", "response", "at", "id",
     ]
+    /// The fields a line of each type may carry (a field of another type makes the line invalid).
+    static func fields(of type: String) -> [String] {
+        switch type {
+        case "notification": ["type", "signedPayload", "notification", "at", "id"]
+        case "delete-account": ["type", "account", "at", "id"]
+        case "reconciliation": ["type", "response", "at", "id"]
+        default: ["type", "account", "signedTransaction", "transaction", "receipt", "at", "id"]
+        }
+    }
 
     public init(ledger: Ledger, trustDecoded: Bool, clock: @escaping @Sendable () -> Timestamp = LedgerTime.now) {
         self.ledger = ledger
@@ -182,8 +191,11 @@ public struct SubmitProtocol: Sendable {
             throw ProtocolError("line is not a valid JSON object: \(error.message)")
         }
         switch object["id"] {
-        case nil, .string, .integer, .number: return object
-        default: throw ProtocolError("id must be a string or a number")
+        case nil, .string, .integer: return object
+        default:
+            // A number beyond Int64, with a fraction or an exponent is read as a Double, which could not be echoed as given.
+            throw ProtocolError(
+                "id must be a string or an integer from -9223372036854775808 through 9223372036854775807 (send other ids as strings)")
         }
     }
 
@@ -194,7 +206,7 @@ public struct SubmitProtocol: Sendable {
             if let time = LedgerTime.parse(text) { return time }
         case .integer(let time):
             if LedgerTime.supportedRange.contains(time) { return time }
-        case .number:
+        case .number(let number) where !JSONValue.isBeyondInt64(number):
             throw ProtocolError(JSONValue.millisecondsRequired("at"))
         default: break
         }
@@ -228,6 +240,9 @@ public struct SubmitProtocol: Sendable {
         let types = caller.map { caller in Self.types.filter(caller.types.contains) } ?? Self.types
         guard types.contains(where: { JSONBytes.equal($0, type) }) else {
             throw ProtocolError("type \(type) is not one of \(types.joined(separator: ", "))")
+        }
+        if let foreign = Self.firstKey(of: object, outside: Self.fields(of: type)) {
+            throw ProtocolError("field \(foreign) does not belong to a \(type) line (it takes \(Self.fields(of: type).joined(separator: ", ")))")
         }
         let at = try object["at"].map(Self.timestamp) ?? now
         switch type {

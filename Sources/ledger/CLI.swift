@@ -67,7 +67,9 @@ struct Arguments {
     private(set) var positionals: [String] = []
 
     /// Parses `raw`. Every option takes one non-empty value and may be given once, unless it is in
-    /// `repeatable`; flags take no value; at most `positionals` plain words are accepted.
+    /// `repeatable`; flags take no value; at most `positionals` plain words are accepted. A value
+    /// that names one of the command's options or flags (`--uid --store`) is refused as missing;
+    /// `--uid=--store` gives it.
     init(
         _ raw: [String], options allowed: Set<String>, flags allowedFlags: Set<String>, repeatable: Set<String> = [],
         positionals allowedPositionals: ClosedRange<Int> = 0...0
@@ -94,7 +96,10 @@ struct Arguments {
                 if let inlineValue {
                     value = inlineValue
                 } else {
-                    guard index < raw.count else { throw CLIError.usage("--\(name) needs a value") }
+                    // A missing value followed by another option must not take that option as its value.
+                    guard index < raw.count, !Self.namesOption(raw[index], options: allowed, flags: allowedFlags) else {
+                        throw CLIError.usage("--\(name) needs a value")
+                    }
                     value = raw[index]
                     index += 1
                 }
@@ -115,6 +120,13 @@ struct Arguments {
                     : "expected \(allowedPositionals.lowerBound == allowedPositionals.upperBound ? "\(allowedPositionals.lowerBound)" : "\(allowedPositionals.lowerBound) to \(allowedPositionals.upperBound)") argument(s), got \(positionals.count): \(words)"
             )
         }
+    }
+
+    /// True when `word` is `--NAME` or `--NAME=…` for one of the command's options or flags.
+    private static func namesOption(_ word: String, options: Set<String>, flags: Set<String>) -> Bool {
+        guard word.hasPrefix("--") else { return false }
+        let name = String(word.dropFirst(2).prefix { $0 != "=" })
+        return options.contains(name) || flags.contains(name)
     }
 
     func value(_ name: String) -> String? { options[name]?.last }

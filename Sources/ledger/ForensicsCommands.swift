@@ -5,12 +5,12 @@ import LedgerCrypto
 import LedgerStore
 import OwnershipLedger
 
-/// Writes `data` to `path`, or fails with a usage error naming it.
+/// Writes `data` to `path`, or fails with a usage error naming it and why (`Is a directory (EISDIR)`).
 func writeFile(_ data: Data, to path: String) throws {
     do {
-        try data.write(to: URL(fileURLWithPath: path))
-    } catch {
-        throw CLIError.usage("cannot write \(path): \(error.localizedDescription)")
+        try FileAccess.writeFile(path, contents: [UInt8](data))
+    } catch let error as LedgerStoreError {
+        throw CLIError.usage("\(error)")
     }
 }
 
@@ -242,9 +242,16 @@ struct DisputeCommand: Subcommand {
     static let flags: Set<String> = ["withhold-private"]
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        let exportOnly = ["original-transaction-id", "environment", "out", "uid", "withhold-private"]
         switch arguments.positionals.first {
-        case "export": return try export(arguments, console: console)
-        case "verify": return try verify(arguments, console: console)
+        case "export":
+            if arguments.value("public-key") != nil { throw CLIError.usage("--public-key belongs to `dispute verify`") }
+            return try export(arguments, console: console)
+        case "verify":
+            if let given = exportOnly.first(where: { arguments.value($0) != nil || arguments.flags.contains($0) }) {
+                throw CLIError.usage("--\(given) belongs to `dispute export` (`dispute verify` needs only FILE and --public-key)")
+            }
+            return try verify(arguments, console: console)
         default: throw CLIError.usage("give export or verify")
         }
     }

@@ -159,6 +159,9 @@ struct VerifyCommand: Subcommand {
     static let options: Set<String> = ["checkpoint", "public-key"]
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
+        if arguments.value("public-key") != nil && arguments.value("checkpoint") == nil {
+            throw CLIError.usage("--public-key needs --checkpoint FILE: it is the key that checks the checkpoint's signature")
+        }
         // One LMDB environment per process: with --checkpoint the ledger's own store is used.
         let ledger = arguments.value("checkpoint") == nil ? nil : try openLedger(arguments)
         let store = try ledger?.store ?? openStore(arguments)

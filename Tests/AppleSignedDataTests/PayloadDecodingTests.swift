@@ -52,7 +52,10 @@ import Testing
             message: "transaction.environment \"Staging\" is not one of Production, Sandbox, Xcode, LocalTesting"),
         FieldError(change: "quantity", value: "1.5", message: "transaction.quantity must be an integer"),
         FieldError(change: "isUpgraded", value: "1", message: "transaction.isUpgraded must be true or false"),
-        FieldError(change: "signedDate", value: "1e300", message: "transaction.signedDate must be a whole number of milliseconds"),
+        // Beyond 64 bits: out of range, not a fraction.
+        FieldError(
+            change: "signedDate", value: "1e300",
+            message: "transaction.signedDate is outside the supported range (1970 through 9999, in milliseconds)"),
     ])
     func transactionFieldErrors(_ testCase: FieldError) throws {
         var json = Vectors.transactionPayload()
@@ -112,9 +115,17 @@ import Testing
                         .utf8))
             #expect(notification.signedDate == floored, "\(time)")
         }
-        // Still refused there: what is not a number of milliseconds at all, or beyond Int64.
-        for time in ["1e300", "\"1697679936049\"", "true"] {
+        // Still refused there: what is not a number of milliseconds at all, or beyond Int64 (out of range).
+        for time in ["\"1697679936049\"", "true"] {
             #expect(throws: VerificationError(.invalidPayload, "transaction.purchaseDate must be a whole number of milliseconds")) {
+                try TransactionPayload(jsonData: Self.transactionJSON(environment: environment, "purchaseDate", time))
+            }
+        }
+        for time in ["1e300", "-9223372036854775809", "9223372036854775808.5"] {
+            #expect(
+                throws: VerificationError(
+                    .invalidPayload, "transaction.purchaseDate is outside the supported range (1970 through 9999, in milliseconds)")
+            ) {
                 try TransactionPayload(jsonData: Self.transactionJSON(environment: environment, "purchaseDate", time))
             }
         }

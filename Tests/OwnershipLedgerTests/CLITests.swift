@@ -262,6 +262,13 @@ extension CLITests {
         (["binding", "--original-transaction-id", "1", "--original-transaction-id", "2"], "more than once"),
         (["inspect-jws"], "expected 1 argument"),
         (["binding", "--original-transaction-id", "abc"], "1 to 20 decimal digits"),
+        // A missing value followed by another option does not take that option as its value.
+        (["binding", "--original-transaction-id", "--store", "t"], "--original-transaction-id needs a value"),
+        (["account", "--uid", "--store", "--store", "t"], "--uid needs a value"),
+        (["account", "--store", "--uid=x"], "--store needs a value"),
+        (["verify", "--public-key", "k.pub"], "--public-key needs --checkpoint"),
+        (["dispute", "export", "--original-transaction-id", "1", "--out", "b.json", "--public-key", "k"], "belongs to `dispute verify`"),
+        (["dispute", "verify", "b.json", "--public-key", "k", "--out", "x"], "--out belongs to `dispute export`"),
     ])
     func ambiguousCommandLinesAreUsageErrors(arguments: [String], mentions: String) throws {
         defer { directory.remove() }
@@ -269,5 +276,42 @@ extension CLITests {
         #expect(result.status == 2, "\(result.stderr)")
         #expect(result.stderr.contains(mentions), "\(result.stderr)")
         #expect(!FileManager.default.fileExists(atPath: store))
+    }
+}
+
+extension CLITests {
+    @Test func writingOutputToADirectorySaysWhy() throws {
+        defer { directory.remove() }
+        try initStore()
+        let target = directory.path("adir")
+        try FileManager.default.createDirectory(at: target, withIntermediateDirectories: true)
+        for command in [["checkpoint", "--out", target.path], ["signing-key", "--out", target.path]] {
+            let result = try LedgerBinary.run(command + ["--store", store])
+            #expect(result.status == 2, "\(result.stderr)")
+            #expect(result.stderr.contains("cannot write \(target.path): Is a directory (EISDIR)"), "\(result.stderr)")
+        }
+    }
+
+    @Test func aCheckpointLongerThanTheLogDoesNotBlameARecord() throws {
+        defer { directory.remove() }
+        try initStore()
+        _ = try submit([["type": "purchase", "account": "a", "transaction": Fixtures.transaction("1", at: t), "at": t]])
+        #expect(try LedgerBinary.run(["signing-key", "--store", store]).status == 0)
+        let shorter = directory.path("shorter").path
+        try FileManager.default.copyItem(atPath: store, toPath: shorter)
+        _ = try submit([["type": "purchase", "account": "b", "transaction": Fixtures.transaction("2", at: t), "at": t]])
+        let checkpoint = directory.path("checkpoint.txt").path
+        #expect(try LedgerBinary.run(["checkpoint", "--out", checkpoint, "--store", store]).status == 0)
+        let verify = try LedgerBinary.run(["verify", "--checkpoint", checkpoint, "--store", shorter])
+        #expect(verify.status == 1)
+        #expect(verify.json["intact"] as? Bool == false)
+        #expect(verify.json["firstBadSeq"] == nil, "\(verify.stdout)")
+        let report = verify.json["checkpoint"] as? [String: Any]
+        #expect(report?["firstBadSeq"] == nil)
+        #expect(
+            report?["problems"] as? [String] == [
+                "the checkpoint does not match this log: it claims 2 records, the log has 1 "
+                    + "(records were removed, or the checkpoint is not of this log)"
+            ], "\(verify.stdout)")
     }
 }

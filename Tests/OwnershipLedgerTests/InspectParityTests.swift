@@ -125,8 +125,8 @@ import Testing
             ),
             ("alg none", try sign(transaction(), header: ["alg": "none", "x5c": x5c]), "invalid-jws-format"),
             ("crit header", try sign(transaction(), header: ["alg": "ES256", "crit": ["b64"], "b64": false, "x5c": x5c]), "invalid-jws-format"),
-            ("a consumable", try sign(transaction(["type": "Consumable"])), "invalid-argument"),
-            ("unknown ownership type", try sign(transaction(["inAppOwnershipType": "BORROWED"])), "invalid-argument"),
+            ("a consumable", try sign(transaction(["type": "Consumable"])), "invalid-payload"),
+            ("unknown ownership type", try sign(transaction(["inAppOwnershipType": "BORROWED"])), "invalid-payload"),
             (
                 "renewal info alone", try sign(["originalTransactionId": "1001", "autoRenewStatus": 1, "environment": "Sandbox", "signedDate": t]),
                 "invalid-app-identifier"
