@@ -153,9 +153,11 @@ final class PostgresConnection {
     /// ``PostgresError`` with `connectionLost` set when the server cannot be reached.
     init(url: PostgresURL) throws {
         // The URL is expanded as libpq's `dbname`; sessions show up as `ledger` in pg_stat_activity
-        // unless the URL names its own application_name.
-        let keywords = ["dbname", "fallback_application_name"]
-        let values = [url.connectionString, "ledger"]
+        // unless the URL names its own application_name. The TCP settings come before it, so the
+        // URL's own values win.
+        let defaults = Self.tcpDefaults.filter { Self.libpqKeywords.contains($0.keyword) }
+        let keywords = defaults.map(\.keyword) + ["dbname", "fallback_application_name"]
+        let values = defaults.map(\.value) + [url.connectionString, "ledger"]
         let connection = keywords.withCStrings { k in values.withCStrings { v in PQconnectdbParams(k, v, 1) } }
         guard let connection else {
             throw PostgresError(message: "libpq could not allocate a connection", sqlState: nil, connectionLost: true)
@@ -178,6 +180,42 @@ final class PostgresConnection {
     }
 
     deinit { PQfinish(handle) }
+
+    /// TCP keepalives and a user timeout on every connection (libpq's defaults leave a dead peer
+    /// unnoticed for about two hours: a writer waiting for an answer from a server that vanished, or
+    /// partitioned from it, would never reach its reconnect window): probes after 30 s idle, every
+    /// 10 s, the connection dropped after 3 unanswered, or when sent data stays unacknowledged for
+    /// 60 s (`tcp_user_timeout`, libpq 12 or newer). A URL setting any of them keeps its own value;
+    /// Unix sockets ignore them.
+    static let tcpDefaults: [(keyword: String, value: String)] = [
+        ("keepalives", "1"), ("keepalives_idle", "30"), ("keepalives_interval", "10"), ("keepalives_count", "3"),
+        ("tcp_user_timeout", "60000"),
+    ]
+
+    /// The connection keywords this libpq knows (an unknown one would fail every connection).
+    static let libpqKeywords: Set<String> = {
+        guard let options = PQconndefaults() else { return [] }
+        defer { PQconninfoFree(options) }
+        var keywords = Set<String>()
+        var option = options
+        while let keyword = option.pointee.keyword {
+            keywords.insert(String(cString: keyword))
+            option += 1
+        }
+        return keywords
+    }()
+
+    /// The value libpq uses for connection keyword `keyword` on this connection (nil: unset).
+    func option(_ keyword: String) -> String? {
+        guard let options = PQconninfo(handle) else { return nil }
+        defer { PQconninfoFree(options) }
+        var option = options
+        while let name = option.pointee.keyword {
+            if String(cString: name) == keyword { return option.pointee.val.map { String(cString: $0) } }
+            option += 1
+        }
+        return nil
+    }
 
     /// Whether the session still looks usable (libpq has not seen it break).
     var isHealthy: Bool { PQstatus(handle) == CONNECTION_OK }

@@ -37,6 +37,8 @@ final class PostgresAccess: EngineReader, EngineWriter {
     private var writtenKeys: [UInt64]? = []
     /// Called between a group's snapshot reads and its lock (tests make another writer commit there).
     var afterSnapshotReads: (() throws -> Void)?
+    /// `ledger_changes` rows the committing group leaves (``ChangeLog/kept``; tests make it small).
+    var keptChanges = ChangeLog.kept
 
     init(connection: PostgresConnection, store: String, writing: Bool) {
         self.connection = connection
@@ -56,7 +58,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
         if lockPending { try run([]) }
         guard let lockedSequence else { throw LedgerStoreError.corrupt("the write group holds no head lock") }
         commitSent = true
-        try run(pending + [ChangeLog.recordStatement(writtenKeys, from: lockedSequence), PostgresStatement("COMMIT")])
+        try run(pending + [ChangeLog.recordStatement(writtenKeys, from: lockedSequence, kept: keptChanges), PostgresStatement("COMMIT")])
         pending = []
     }
 
@@ -72,7 +74,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
     @discardableResult
     private func run(_ statements: [PostgresStatement]) throws -> [PostgresRows] {
         guard lockPending else { return try connection.pipeline(statements) }
-        let rows = try connection.pipeline([PostgresStatement("BEGIN"), ChangeLog.lockStatement] + statements)
+        let rows = try connection.pipeline([PostgresStatement(PostgresEngine.beginWrite), ChangeLog.lockStatement] + statements)
         lockPending = false
         lockedHead = try PostgresRowDecoding.head(rows[1])
         lockedSequence = lockedHead?.sequence

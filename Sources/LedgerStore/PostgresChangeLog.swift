@@ -21,6 +21,18 @@ import LedgerCore
 enum ChangeLog {
     /// `ledger_changes` rows kept: older ones are deleted by the group that commits generation + ``kept``.
     static let kept: Int64 = 256
+    /// Whether the store has `ledger_changes`, the guard function and its trigger on every guarded
+    /// table (then ``schema`` and ``guardSchema`` were installed), and whether that function is the
+    /// one ``guardFunctionBody`` describes: one row, two booleans. Reads the catalogs only: any role
+    /// that can write can ask.
+    static let installedStatement = PostgresStatement(
+        """
+        SELECT to_regclass('ledger_changes') IS NOT NULL AND to_regprocedure('ledger_require_generation()') IS NOT NULL
+                AND (SELECT count(*) FROM pg_trigger WHERE tgname = 'ledger_require_generation' AND NOT tgisinternal
+                     AND tgrelid = ANY(ARRAY(SELECT to_regclass(t) FROM unnest($1::text[]) AS t))) = $2,
+            EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('ledger_require_generation()') AND prosrc = $3)
+        """, [.textArray(guardedTables), .int64(Int64(guardedTables.count)), .text(guardFunctionBody)])
+
     /// Past this many keys, a group's row says "every key" (a migration's or a rebuild's batches).
     static let keyLimit = 8_192
 
@@ -45,23 +57,37 @@ enum ChangeLog {
 
     /// Refuses, in the server, any write to the ledger's data in a transaction that did not take the
     /// head's lock through ``lockStatement``: a build older than the change log locks the head with
-    /// `SELECT … FOR UPDATE`, bumps no generation and leaves no row, so a group's snapshot could not
-    /// see that it wrote (a repair's read models, say). Such a writer now fails naming the cause
-    /// instead. Statement-level: one lookup of the head row per statement, not per row. Installed
-    /// after ``schema`` (by `init` once its metadata is written).
+    /// `SELECT … FOR UPDATE`, bumps no generation and leaves no row, and builds that keep
+    /// `ledger_changes` but predate this guard bump the generation without naming themselves in
+    /// `writer`; either way a group's snapshot could not rely on what they wrote (a repair's read
+    /// models, say). Such a writer now fails naming the cause instead. Statement-level: one lookup of
+    /// the head row per statement, not per row. Installed after ``schema`` (by `init` once its
+    /// metadata is written).
+    ///
+    /// The transaction must have written the head row itself (its `xmin`, the low 32 bits of its
+    /// transaction id) as well as named itself in `writer`: after a logical dump restored into
+    /// another cluster, `writer` holds a transaction id of the source cluster, which a transaction of
+    /// the new one may get, but the restored row's `xmin` is the restoring transaction's, which no
+    /// later transaction has.
+    static let guardFunctionBody = """
+
+        BEGIN
+            IF NOT EXISTS (
+                SELECT 1 FROM ledger_head WHERE writer = txid_current() AND xmin::text::bigint = txid_current() % 4294967296
+            ) THEN
+                RAISE EXCEPTION 'ledger: % written by a transaction that did not take the head''s write generation: a ledger build older than this store''s guard is writing to it (one without the change log, ledger_changes, or one with it that does not set ledger_head.writer), or a transaction outside the ledger; upgrade every writer', TG_TABLE_NAME
+                    USING ERRCODE = '55000';
+            END IF;
+            RETURN NULL;
+        END
+
+        """
+
+    static let guardFunction =
+        "CREATE OR REPLACE FUNCTION ledger_require_generation() RETURNS trigger LANGUAGE plpgsql AS $$\(guardFunctionBody)$$"
+
     static let guardSchema =
-        [
-            """
-            CREATE OR REPLACE FUNCTION ledger_require_generation() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF NOT EXISTS (SELECT 1 FROM ledger_head WHERE writer = txid_current()) THEN
-                    RAISE EXCEPTION 'ledger: % written by a transaction that did not take the head''s write generation: a ledger build older than this store''s change log (ledger_changes) is writing to it; upgrade every writer', TG_TABLE_NAME
-                        USING ERRCODE = '55000';
-                END IF;
-                RETURN NULL;
-            END $$
-            """
-        ]
+        [guardFunction]
         + guardedTables.flatMap { table in
             [
                 "DROP TRIGGER IF EXISTS ledger_require_generation ON \(table)",
@@ -87,8 +113,8 @@ enum ChangeLog {
     }
 
     /// The committing group's row (at the generation its lock set; `from` the head sequence it
-    /// locked, the committed one read from the head), and the pruning of old rows.
-    static func recordStatement(_ fingerprints: [UInt64]?, from: UInt64) -> PostgresStatement {
+    /// locked, the committed one read from the head), and the pruning of rows older than the last `kept`.
+    static func recordStatement(_ fingerprints: [UInt64]?, from: UInt64, kept: Int64 = kept) -> PostgresStatement {
         let prune = "WITH pruned AS (DELETE FROM ledger_changes WHERE generation <= (SELECT generation FROM ledger_head) - \(kept)) "
         let insert = "INSERT INTO ledger_changes SELECT generation, $1, sequence, "
         guard let fingerprints else { return PostgresStatement(prune + insert + "NULL FROM ledger_head", [.int64(Int64(from))]) }

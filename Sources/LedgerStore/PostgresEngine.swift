@@ -10,7 +10,7 @@ import Projections
 /// | table | columns (primary key first) |
 /// | --- | --- |
 /// | `ledger_log` | sequence → record bytes |
-/// | `ledger_head` | one row: sequence, chain hash, recordedAt, Merkle frontier (32 bytes each) |
+/// | `ledger_head` | one row: sequence, chain hash, recordedAt, Merkle frontier (32 bytes each), write generation, writer (the transaction that took the generation last) |
 /// | `ledger_commands` | (command key(16), sequence), for commands without a home lineage |
 /// | `ledger_lineages` | (lineage(16), sequence, command key(16)) |
 /// | `ledger_account_lineages` | (account(16), lineage(16), sequence) |
@@ -19,14 +19,20 @@ import Projections
 /// | `ledger_identities` | vault key(16) → pseudonym(16) |
 /// | `ledger_sealed_uids` | pseudonym(16) → sealed UID |
 /// | `ledger_meta` | name → value (`MetaKey`) |
+/// | `ledger_changes` | generation → head sequences when locked and committed, fingerprints of the keys written (``ChangeLog``) |
 ///
-/// Write groups are serialised on the head row: each group's transaction starts by locking it
-/// (`SELECT … FOR UPDATE`, sent in one pipeline with the group's first reads: the latest records of
-/// its commands, its UIDs' pseudonyms, its lineages' states), then reads the state it decides on (READ COMMITTED: every statement
-/// after the lock sees every group committed before it), so two writers on different hosts can
-/// never decide on the same state, and the chain stays gapless. A group's reads are a few batch
-/// statements; its writes are one multi-row statement per table, sent with the `COMMIT` in one
-/// pipeline (one round trip). A writer killed mid-group leaves nothing: the server rolls back.
+/// Write groups are serialised on the head row: each group's `READ COMMITTED` transaction starts by
+/// locking it (``ChangeLog/lockStatement``: `UPDATE ledger_head SET generation = generation + 1,
+/// writer = txid_current() RETURNING …`, sent in one pipeline with the `ledger_changes` rows since the
+/// group's snapshot; the group's first reads — the latest records of its commands, its UIDs'
+/// pseudonyms, its lineages' states — ran before, in a snapshot, and only the keys changed since are
+/// read again), then reads the state it decides on (every statement after the lock sees every group
+/// committed before it), so two writers on different hosts can never decide on the same state, and
+/// the chain stays gapless. A group's reads are a few batch statements; its writes are one
+/// multi-row statement per table, sent with its `ledger_changes` row and the `COMMIT` in one
+/// pipeline (one round trip). A writer killed mid-group leaves nothing half-written: the server
+/// rolls back. A writer host lost mid-group (no socket closed) holds the lock until the server ends
+/// its idle transaction (``idleInTransactionTimeout``) or TCP keepalive ends its session.
 ///
 /// Reads run in `REPEATABLE READ READ ONLY` transactions (one snapshot, never blocking or blocked by
 /// a writer), on a pool of connections to the primary or to the read-only URL (a replica).
@@ -50,6 +56,8 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
     private var changeLogReady = false
     /// Called in each write group between its snapshot reads and its lock (tests).
     var afterSnapshotReads: (() throws -> Void)?
+    /// `ledger_changes` rows this engine's groups keep when they prune (``ChangeLog/kept``; tests make it small).
+    var keptChanges = ChangeLog.kept
     /// Keys of write groups' snapshot reads found stale under the lock and read again, and the
     /// snapshots dropped whole (a `ledger_changes` row missing or without keys), since this engine opened.
     private(set) var staleKeysReadAgain = 0
@@ -106,8 +114,7 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
     /// transaction. Throws ``LedgerStoreError/alreadyInitialized(directory:)`` when any of them exists.
     func createTables(meta: [(MetaKey, [UInt8])]) throws {
         try withWriter { connection in
-            try connection.query("BEGIN")
-            do {
+            try inTransaction(connection) {
                 let existing = try connection.query(
                     "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname = ANY($1)",
                     [.textArray(Self.tables)])
@@ -123,10 +130,6 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
                     "INSERT INTO ledger_meta (name, value) SELECT * FROM unnest($1::text[], $2::bytea[])",
                     [.textArray(meta.map(\.0.rawValue)), .bytesArray(meta.map(\.1))])
                 for statement in ChangeLog.guardSchema { try connection.query(statement) }
-                try connection.query("COMMIT")
-            } catch {
-                if connection.isHealthy { _ = try? connection.query("ROLLBACK") }
-                throw error
             }
         }
     }
@@ -165,6 +168,7 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
             }
             let access = PostgresAccess(connection: connection, store: url.description, writing: true)
             access.afterSnapshotReads = afterSnapshotReads
+            access.keptChanges = keptChanges
             var value: T?
             do {
                 try prepareChangeLog(connection)
@@ -190,24 +194,44 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
     /// Gives a store made before the write generation its columns, `ledger_changes` and the guard
     /// against older writers (``ChangeLog``), once per engine: in one transaction holding the head
     /// table's exclusive lock, so that writers starting together wait for the first and find the
-    /// schema done.
+    /// schema done. A store that has them runs no DDL (its writers need not own the tables), except
+    /// that a guard function older than this build's is replaced, when this role may (otherwise the
+    /// older guard stays in force).
     private func prepareChangeLog(_ connection: PostgresConnection) throws {
         guard !changeLogReady else { return }
-        let present = try connection.query(
-            "SELECT to_regclass('ledger_changes') IS NOT NULL AND to_regprocedure('ledger_require_generation()') IS NULL")
-        if present.bytes(0, 0) != [1] {
-            try connection.query("BEGIN")
-            do {
+        let installed = try connection.query(ChangeLog.installedStatement)
+        if installed.bytes(0, 0) != [1] {
+            try inTransaction(connection) {
                 try connection.query("LOCK TABLE ledger_head IN ACCESS EXCLUSIVE MODE")
                 for statement in ChangeLog.schema + ChangeLog.guardSchema { try connection.query(statement) }
-                try connection.query("COMMIT")
-            } catch {
-                if connection.isHealthy, connection.inTransaction { _ = try? connection.query("ROLLBACK") }
-                throw error
+            }
+        } else if installed.bytes(0, 1) != [1] {
+            do {
+                try connection.query(ChangeLog.guardFunction)
+            } catch let error as PostgresError where error.sqlState == "42501" {
+                // Not the function's owner: the installed guard keeps refusing older writers.
             }
         }
         changeLogReady = true
     }
+
+    /// Runs `body` in a `READ COMMITTED` transaction (whatever the session's default), committed
+    /// when it returns and rolled back when it throws.
+    private func inTransaction(_ connection: PostgresConnection, _ body: () throws -> Void) throws {
+        try connection.query(Self.beginWrite)
+        do {
+            try body()
+            try connection.query("COMMIT")
+        } catch {
+            if connection.isHealthy, connection.inTransaction { _ = try? connection.query("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// How a write transaction begins: `READ COMMITTED` whatever `default_transaction_isolation`
+    /// the role or database sets (under `REPEATABLE READ` or `SERIALIZABLE` the head's lock would
+    /// fail with 40001 whenever it waited for another writer).
+    static let beginWrite = "BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE"
 
     /// After the connection was lost while `COMMIT` was in flight: reconnects (within the backoff's
     /// window) and tells whether the group committed, by its last record's bytes (nil: it appended
@@ -255,9 +279,19 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
         if let writer, writer.isHealthy { return writer }
         writer = nil
         let connection = try PostgresConnection(url: url)
+        try connection.query(
+            "SELECT set_config('idle_in_transaction_session_timeout', CASE current_setting('idle_in_transaction_session_timeout') WHEN '0' THEN $1 ELSE current_setting('idle_in_transaction_session_timeout') END, false)",
+            [.text(Self.idleInTransactionTimeout)])
         writer = connection
         return connection
     }
+
+    /// The writer session's `idle_in_transaction_session_timeout`, unless the session already has
+    /// one (from the URL's `options`, the role, the database or the server): a group is idle in its
+    /// transaction, holding the head's lock, only while its writer decides (milliseconds), so a
+    /// session idle this long belongs to a writer that is gone (a host lost or partitioned, whose
+    /// socket nobody closed). The server then ends it and the lock is free for every other writer.
+    static let idleInTransactionTimeout = "60s"
 
     /// A connection with a read transaction begun: an idle pooled one, or a new one. Reads do not
     /// wait for a server that is down (a query answers "unavailable" at once, and `serve` 503); a

@@ -166,7 +166,8 @@ import Testing
             let error = try #require(refusal, "\(write) was allowed")
             #expect(error.sqlState == "55000", "\(error)")
             #expect(error.message.contains("did not take the head's write generation"), "\(error)")
-            #expect(error.message.contains("older than this store's change log"), "\(error)")
+            #expect(error.message.contains("older than this store's guard"), "\(error)")
+            #expect(error.message.contains("does not set ledger_head.writer"), "\(error)")
         }
         #expect(try engine.withWriter { try $0.query("SELECT count(*) FROM ledger_read_models").bytes(0, 0) } == before)
         #expect(Fixtures.object(second.respond(to: purchase("bob", "5002")))["decision"] as? String == "granted")
@@ -198,5 +199,231 @@ import Testing
         let guarded = try engine.withWriter { try $0.query("SELECT count(*) FROM pg_trigger WHERE tgname = 'ledger_require_generation'") }
         #expect(try PostgresRowDecoding.int64(guarded.value(0, 0)) == Int64(ChangeLog.guardedTables.count))
         #expect(try reopened.store.replay().isIntact)
+    }
+
+    /// A store with `ledger_changes` whose guard is gone (the function and its triggers dropped, or
+    /// upgraded by a build that kept the change log but had no guard, so no `writer` column either)
+    /// gets the guard back from its next writer, and an older build's kind of write is refused again.
+    @Test func aStoreWithTheChangeLogButNoGuardGetsItFromItsNextWriter() throws {
+        let directory = TemporaryDirectory("ledger-pg-noguard")
+        defer { directory.remove() }
+        let location = try TestStore.postgres.location(in: directory)
+        let old = try Ledger.initialize(at: location, configuration: Fixtures.configuration, clock: Fixtures.clock)
+        _ = SubmitProtocol(ledger: old, trustDecoded: true).respond(to: purchase("ann", "4101"))
+        let oldEngine = try #require(old.store.engine as? PostgresEngine)
+        try oldEngine.withWriter { connection in
+            try connection.query("DROP FUNCTION ledger_require_generation() CASCADE")  // and its triggers
+            try connection.query("ALTER TABLE ledger_head DROP COLUMN writer")
+        }
+        let reopened = try Ledger(opening: location, clock: Fixtures.clock)
+        let answer = Fixtures.object(SubmitProtocol(ledger: reopened, trustDecoded: true).respond(to: purchase("bob", "4102")))
+        #expect(answer["decision"] as? String == "granted", "\(answer)")
+        let engine = try #require(reopened.store.engine as? PostgresEngine)
+        let guarded = try engine.withWriter { try $0.query("SELECT count(*) FROM pg_trigger WHERE tgname = 'ledger_require_generation'") }
+        #expect(try PostgresRowDecoding.int64(guarded.value(0, 0)) == Int64(ChangeLog.guardedTables.count))
+        let refusal = try oldEngine.withWriter { connection -> PostgresError? in
+            try connection.query("BEGIN")
+            defer { _ = try? connection.query("ROLLBACK") }
+            _ = try connection.query("SELECT sequence FROM ledger_head FOR UPDATE")
+            do {
+                _ = try connection.query("DELETE FROM ledger_read_models")
+                return nil
+            } catch let error as PostgresError {
+                return error
+            }
+        }
+        #expect(refusal?.sqlState == "55000", "an older build's write was allowed: \(String(describing: refusal))")
+        #expect(try reopened.store.replay().isIntact)
+    }
+
+    /// A store with the change log and the guard runs no DDL when a new engine first writes: a role
+    /// that may only read and write the tables (not own them: docs/scale-out.md's least-privilege
+    /// writer) decides, again and again.
+    @Test func aWriterThatDoesNotOwnTheTablesWrites() throws {
+        let directory = TemporaryDirectory("ledger-pg-writerrole")
+        defer { directory.remove() }
+        let location = try TestStore.postgres.location(in: directory)
+        guard case .postgres(let url, let keys, _) = location else {
+            Issue.record("not a PostgreSQL store")
+            return
+        }
+        let owner = try Ledger.initialize(at: location, configuration: Fixtures.configuration, clock: Fixtures.clock)
+        #expect(
+            Fixtures.object(SubmitProtocol(ledger: owner, trustDecoded: true).respond(to: purchase("ann", "4201")))["decision"] as? String
+                == "granted")
+        // The guard function of an earlier build (the same check without the head row's xmin).
+        let ownerEngine = try #require(owner.store.engine as? PostgresEngine)
+        let current = ChangeLog.guardFunctionBody
+        let earlier = current.replacingOccurrences(of: " AND xmin::text::bigint = txid_current() % 4294967296", with: "")
+        #expect(earlier != current)
+        try ownerEngine.withWriter { try $0.query(ChangeLog.guardFunction.replacingOccurrences(of: current, with: earlier)) }
+        let cluster = try PostgresCluster.shared()
+        let database = try #require(url.connectionString.split(separator: "?").first?.split(separator: "/").last.map(String.init))
+        let role = "\(database)_writer"
+        try cluster.sql("CREATE ROLE \(role) LOGIN")
+        try cluster.sql("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO \(role)", database: database)
+        let writerURL = try PostgresURL(url.connectionString.replacingOccurrences(of: "user=postgres", with: "user=\(role)"))
+        let writer = try Ledger(opening: .postgres(writerURL, keys: keys, readOnly: nil), clock: Fixtures.clock)
+        let submit = SubmitProtocol(ledger: writer, trustDecoded: true)
+        for otid in ["4202", "4203"] {
+            let answer = Fixtures.object(submit.respond(to: purchase("bob", otid)))
+            #expect(answer["decision"] as? String == "granted", "\(answer)")
+        }
+        #expect(Fixtures.object(submit.respond(to: purchase("bob", "4201")))["code"] as? String == "permission-denied")
+        #expect(try writer.binding(originalTransactionId: "4203").uid == "bob")
+        // The owner's next engine replaces the earlier function (the role above could not).
+        func body() throws -> [UInt8]? {
+            try ownerEngine.withWriter { try $0.query("SELECT prosrc FROM pg_proc WHERE proname = 'ledger_require_generation'").bytes(0, 0) }
+        }
+        #expect(try body() == Array(earlier.utf8))
+        let reopened = try Ledger(opening: location, clock: Fixtures.clock)
+        #expect(
+            Fixtures.object(SubmitProtocol(ledger: reopened, trustDecoded: true).respond(to: purchase("carol", "4204")))["decision"] as? String
+                == "granted")
+        #expect(try body() == Array(current.utf8))
+        #expect(try owner.store.replay().isIntact)
+    }
+
+    /// After a logical dump restored into another cluster, `ledger_head.writer` holds a transaction
+    /// id of the source cluster, which a transaction of the new one may get: the guard must not let
+    /// that transaction write without the lock. Here the head names a transaction id the cluster is
+    /// about to give out, and the transaction that gets it writes without taking the lock.
+    @Test func aTransactionWhoseIdTheHeadNamesButThatDidNotLockIsRefused() throws {
+        let (first, _, engine, ledger, directory) = try writers()
+        defer { directory.remove() }
+        #expect(Fixtures.object(first.respond(to: purchase("ann", "4301")))["decision"] as? String == "granted")
+        func int64(_ connection: PostgresConnection, _ sql: String) throws -> Int64 {
+            let rows = try connection.query(sql)
+            return try PostgresRowDecoding.int64(rows.value(0, 0))
+        }
+        var outcome: Result<Void, PostgresError>?
+        for _ in 0..<50 where outcome == nil {
+            let target = try engine.withWriter { try int64($0, "UPDATE ledger_head SET writer = txid_current() + 20 RETURNING writer") }
+            var passed = false
+            while !passed && outcome == nil {
+                try engine.withWriter { connection in
+                    try connection.query("BEGIN")
+                    defer { _ = try? connection.query("ROLLBACK") }
+                    let id = try int64(connection, "SELECT txid_current()")
+                    if id > target { passed = true }  // another test took that id: again
+                    guard id == target else { return }
+                    do {
+                        try connection.query("DELETE FROM ledger_read_models")
+                        outcome = .success(())
+                    } catch let error as PostgresError {
+                        outcome = .failure(error)
+                    }
+                }
+            }
+        }
+        switch try #require(outcome, "no transaction got the id the head names") {
+        case .success: Issue.record("a transaction that did not take the lock wrote, its id being the head's writer")
+        case .failure(let error): #expect(error.sqlState == "55000", "\(error)")
+        }
+        #expect(Fixtures.object(first.respond(to: purchase("bob", "4302")))["decision"] as? String == "granted")
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    /// More groups committed between a group's snapshot and its lock than `ledger_changes` keeps:
+    /// the oldest row after the snapshot is pruned, so the group reads everything again (denying
+    /// the second buyer); with exactly as many groups as are kept, the rows are all there and only
+    /// the keys they name are read again.
+    @Test func rowsPrunedPastTheKeptWindowDropTheSnapshot() throws {
+        let (first, second, engine, ledger, directory) = try writers()
+        defer { directory.remove() }
+        let other = try #require(second.ledger.store.engine as? PostgresEngine)
+        let kept: Int64 = 4
+        engine.keptChanges = kept
+        other.keptChanges = kept
+        func changes() throws -> (count: Int64, oldest: Int64, head: Int64) {
+            try engine.withWriter { connection in
+                let rows = try connection.query("SELECT count(*), min(generation), (SELECT generation FROM ledger_head) FROM ledger_changes")
+                return try withExtendedLifetime(rows) {
+                    (
+                        try PostgresRowDecoding.int64(rows.value(0, 0)), try PostgresRowDecoding.int64(rows.value(0, 1)),
+                        try PostgresRowDecoding.int64(rows.value(0, 2))
+                    )
+                }
+            }
+        }
+        // kept + 1 groups, one of them buying the lineage.
+        once(engine) {
+            #expect(Fixtures.object(second.respond(to: purchase("bob", "8001")))["decision"] as? String == "granted")
+            for otid in 8002...(8001 + Int(kept)) { _ = second.respond(to: purchase("bob", "\(otid)")) }
+        }
+        let answer = Fixtures.object(first.respond(to: purchase("alice", "8001")))
+        #expect(answer["code"] as? String == "permission-denied", "\(answer)")
+        #expect(engine.snapshotsDropped == 1)
+        let pruned = try changes()
+        #expect(pruned.count == kept && pruned.oldest == pruned.head - kept + 1, "\(pruned)")
+
+        // Exactly kept groups: nothing missing.
+        let stale = engine.staleKeysReadAgain
+        once(engine) {
+            #expect(Fixtures.object(second.respond(to: purchase("bob", "8101")))["decision"] as? String == "granted")
+            for otid in 8102...(8100 + Int(kept)) { _ = second.respond(to: purchase("bob", "\(otid)")) }
+        }
+        let again = Fixtures.object(first.respond(to: purchase("alice", "8101")))
+        #expect(again["code"] as? String == "permission-denied", "\(again)")
+        #expect(engine.snapshotsDropped == 1, "no row missing")
+        #expect(
+            engine.staleKeysReadAgain - stale >= 1 && engine.staleKeysReadAgain - stale <= 2, "the lineage (and the command), not alice's vault key")
+        #expect(try ledger.binding(originalTransactionId: "8101").uid == "bob")
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    /// A group that takes the generation and then rolls back (its body throws, or its session is
+    /// terminated) gives the generation back: the next group takes it, the rows stay contiguous, and
+    /// a group whose snapshot predates all of it reads again only what the committed group wrote.
+    @Test func aGroupRolledBackAfterTakingTheGenerationLeavesNoRow() throws {
+        let (first, second, engine, ledger, directory) = try writers()
+        defer { directory.remove() }
+        let other = try #require(second.ledger.store.engine as? PostgresEngine)
+        struct Refused: Error {}
+        func contiguous() throws -> Bool {
+            try engine.withWriter { connection in
+                let rows = try connection.query(
+                    "SELECT count(*) = max(generation) - min(generation) + 1 AND max(generation) = (SELECT generation FROM ledger_head) FROM ledger_changes"
+                )
+                return rows.bytes(0, 0) == [1]
+            }
+        }
+        once(engine) {
+            #expect(throws: Refused.self) {
+                try other.write { reader, _ in
+                    _ = try reader.head(); throw Refused()
+                }
+            }
+            #expect(Fixtures.object(second.respond(to: purchase("bob", "9001")))["decision"] as? String == "granted")
+        }
+        let answer = Fixtures.object(first.respond(to: purchase("alice", "9001")))
+        #expect(answer["code"] as? String == "permission-denied", "\(answer)")
+        #expect(engine.snapshotsDropped == 0)
+        #expect(try contiguous())
+
+        // The lock holder's session terminated by the server (then its retry refused).
+        let url = engine.url
+        once(engine) {
+            var attempts = 0
+            #expect(throws: Refused.self) {
+                try other.write { reader, _ in
+                    _ = try reader.head()
+                    attempts += 1
+                    guard attempts == 1 else { throw Refused() }
+                    let killer = try PostgresConnection(url: url)
+                    let rows = try killer.query(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction' AND pid <> pg_backend_pid()"
+                    )
+                    #expect(try PostgresRowDecoding.int64(rows.value(0, 0)) == 1)
+                }
+            }
+            #expect(attempts == 2)
+            #expect(Fixtures.object(second.respond(to: purchase("bob", "9002")))["decision"] as? String == "granted")
+        }
+        let again = Fixtures.object(first.respond(to: purchase("alice", "9002")))
+        #expect(again["code"] as? String == "permission-denied", "\(again)")
+        #expect(engine.snapshotsDropped == 0)
+        #expect(try contiguous())
+        #expect(try ledger.store.replay().isIntact)
     }
 }
