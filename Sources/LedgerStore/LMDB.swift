@@ -429,10 +429,7 @@ struct LMDBTransaction {
 
     /// Entries and bytes of `db`.
     func statistics(_ db: String) throws(LMDBError) -> (entries: Int, bytes: Int) {
-        var stat = MDB_stat()
-        try lmdb(mdb_stat(handle, environment.database(db), &stat), "mdb_stat(\(db))")
-        let pages = stat.ms_branch_pages + stat.ms_leaf_pages + stat.ms_overflow_pages
-        return (stat.ms_entries, pages * Int(stat.ms_psize))
+        try statistics(environment.database(db))
     }
 
     static func bytes(_ value: MDB_val) -> [UInt8] {
@@ -490,11 +487,17 @@ extension LMDBTransaction {
         return LMDBCursor(handle: cursor)
     }
 
+    /// Entries and bytes of database `dbi`, as its root record says: counts read from a damaged page
+    /// saturate rather than overflow.
     func statistics(_ dbi: MDB_dbi) throws(LMDBError) -> (entries: Int, bytes: Int) {
         var stat = MDB_stat()
         try lmdb(mdb_stat(handle, dbi, &stat), "mdb_stat")
-        let pages = stat.ms_branch_pages + stat.ms_leaf_pages + stat.ms_overflow_pages
-        return (stat.ms_entries, pages * Int(stat.ms_psize))
+        let pages = [stat.ms_branch_pages, stat.ms_leaf_pages, stat.ms_overflow_pages].reduce(0) { sum, count in
+            let (total, overflow) = sum.addingReportingOverflow(count)
+            return overflow ? .max : total
+        }
+        let (bytes, overflow) = pages.multipliedReportingOverflow(by: Int(stat.ms_psize))
+        return (stat.ms_entries, overflow ? .max : bytes)
     }
 }
 
@@ -514,6 +517,11 @@ struct LMDBCursor {
         let code = mdb_cursor_get(handle, &keyVal, &valueVal, op)
         if code == MDB_NOTFOUND { return nil }
         try lmdb(code, "mdb_cursor_get")
+        // LMDB (built with its default) keeps keys of at most 511 bytes, and the ledger's are far
+        // shorter: a longer one was read from a damaged page, and walking on would read garbage.
+        guard keyVal.mv_size <= 511 else {
+            throw LMDBError(code: MDB_CORRUPTED, operation: "mdb_cursor_get (a key of \(keyVal.mv_size) bytes, over LMDB's 511)")
+        }
         return (
             UnsafeRawBufferPointer(start: keyVal.mv_data, count: keyVal.mv_size),
             UnsafeRawBufferPointer(start: valueVal.mv_data, count: valueVal.mv_size)

@@ -291,8 +291,16 @@ struct Analysis {
 
     /// How many passes the store's lineages need (estimated from its read models).
     static func passes(_ reader: any EngineReader, lineagesPerPass: Int) throws -> Int {
-        let models = try reader.statistics().first { $0.name == "read-models" }?.entries ?? 0
+        let models = try readModelCount(reader)
         return models == 0 ? 1 : (models - 1) / max(lineagesPerPass, 1) + 1
+    }
+
+    /// The number of read models, as LMDB counts them. Every read model was written for a record,
+    /// so a count above the log's is damage, not read models: it is capped there rather than
+    /// believed (a damaged page's count once asked for 10^13 passes).
+    static func readModelCount(_ reader: any EngineReader) throws -> Int {
+        let counted = try reader.statistics().first { $0.name == "read-models" }?.entries ?? 0
+        return min(counted, Int(clamping: try reader.head().sequence))
     }
 
     /// Pass `pass` of `count`: the first 8 bytes of the lineage keys it keeps.
@@ -625,7 +633,7 @@ struct Analysis {
         let handoff = Handoff()
         var checker = InvariantChecker(signatures: .libcrypto, lean: true, lineageRange: count == 1 ? nil : range(pass, of: count))
         // About the lineages this pass keeps (the read models name each once), with a margin.
-        let models = try reader.statistics().first { $0.name == "read-models" }?.entries ?? 0
+        let models = try readModelCount(reader)
         checker.reserveCapacity(lineages: models / count + models / count / 8)
         let modelKeys = ModelKeys(readModelKeys(pass, of: count))
         let fold = try Fold(checker: checker, indexes: hashing, modelKeys: modelKeys)
@@ -700,8 +708,16 @@ struct Analysis {
         }
         // The persisted read models of this pass's range, hashed while the other thread folds.
         var persistedModels = MultisetHash()
+        // Every read model was written for a record: more of them than records is a damaged tree,
+        // whose walk could go on through garbage (``readModelCount(_:)``).
+        let records = try reader.head().sequence
+        var visited: UInt64 = 0
         try reader.forEachReadModelBytes(from: modelKeys.start) { key, value in
             guard modelKeys.contains(key) else { return false }
+            visited += 1
+            guard visited <= records else {
+                throw LedgerStoreError.corrupt("read-models yields more entries than the log has records (\(records)): data.mdb is damaged")
+            }
             persistedModels.add(key: key, value: value)
             return true
         }

@@ -245,7 +245,7 @@ struct StatsCommand: Subcommand {
         if case .directory(let directory, _) = store.location {
             object["dataFileBytes"] = try FileAccess.size(directory.appendingPathComponent("data.mdb").path)
         } else {
-            object["databaseBytes"] = databases.reduce(0) { $0 + $1.bytes }
+            object["databaseBytes"] = databases.reduce(0) { $0.addingReportingOverflow($1.bytes).overflow ? .max : $0 + $1.bytes }
         }
         console.out(JSONLine.render(object))
         return .success

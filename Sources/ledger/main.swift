@@ -3,6 +3,7 @@ import LedgerCrypto
 import LedgerStore
 
 let console = Console()
+DamagedStoreStop.install()
 var argv = Array(CommandLine.arguments.dropFirst())
 guard let name = argv.first, !["--help", "-h", "help"].contains(name) else {
     console.out(overview())

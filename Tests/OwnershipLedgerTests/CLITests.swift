@@ -114,6 +114,31 @@ import Testing
         #expect(audit.stderr.contains("hash chain is broken"), "\(audit.stderr)")
     }
 
+    /// LMDB trusts data.mdb's pages (they carry no checksums): a damaged page may stop it with a
+    /// signal. With every page damaged in turn, `verify` ends in a result or a store error, never a
+    /// crash report or a signal exit, and where LMDB was stopped it says the store is damaged.
+    @Test func aDamagedPageIsAStoreErrorNeverACrash() throws {
+        defer { directory.remove() }
+        try initStore()
+        _ = try submit(
+            (0..<120).map { i in ["type": "purchase", "account": "user\(i)", "transaction": Fixtures.transaction("80\(i)", at: t), "at": t] })
+        let original = try Data(contentsOf: directory.path("store/data.mdb"))
+        let copy = directory.path("damaged")
+        var stopped = 0
+        for page in 2..<(original.count / 4096) {
+            try? FileManager.default.removeItem(at: copy)
+            try FileManager.default.copyItem(at: directory.path("store"), to: copy)
+            var damaged = original
+            damaged.replaceSubrange((page * 4096 + 8)..<(page * 4096 + 16), with: [UInt8](repeating: 0xFF, count: 8))
+            try damaged.write(to: copy.appendingPathComponent("data.mdb"))
+            let verify = try LedgerBinary.run(["verify", "--store", copy.path])
+            #expect([0, 1, 3].contains(verify.status), "page \(page): status \(verify.status) \(verify.stderr)")
+            #expect(!verify.stderr.contains("crashed"), "page \(page): \(verify.stderr)")
+            if verify.stderr.contains("data.mdb is most likely damaged") { stopped += 1 }
+        }
+        #expect(stopped > 0, "no damaged page stopped LMDB: the test no longer reaches the signal path")
+    }
+
     @Test func twoProcessesAppendingConcurrentlyLeaveAGaplessVerifiedChain() throws {
         defer { directory.remove() }
         try initStore()
