@@ -306,6 +306,11 @@ import Testing
             (base + ["--listen", "127.0.0.1:0", "--firebase-certificates", "/nonexistent.json"], "--firebase-certificates"),
             (base + ["--listen", "127.0.0.1:\(served.port)", "--firebase-certificates", certificates], "cannot listen"),
             (base + ["--listen", "127.0.0.1:0", "--firebase-certificates", certificates, "--tls-key", "k.pem"], "go together"),
+            (base + ["--listen", "127.0.0.1:0", "--firebase-certificates", certificates, "--header-timeout", "0"], "--header-timeout 0"),
+            (
+                base + ["--listen", "127.0.0.1:0", "--firebase-certificates", certificates, "--max-connections-per-ip", "-1"],
+                "--max-connections-per-ip -1 is not a non-negative integer"
+            ),
         ]
         for (arguments, message) in cases {
             let result = try LedgerBinary.run(arguments)
