@@ -435,6 +435,7 @@ final class ServerCore: @unchecked Sendable {
             let exchange = Exchange(connection: connection, core: self, method: method, path: url)
             context.pointee = Unmanaged.passRetained(exchange).toOpaque()
             exchange.admitted = register(exchange)
+            if let refusal = exchange.framingRefusal { return exchange.send(refusal) }
             if let length = exchange.request.header("content-length").flatMap(Int.init), length > exchange.bodyLimit {
                 return exchange.send(exchange.tooLarge)
             }
@@ -471,13 +472,45 @@ final class Exchange: @unchecked Sendable {
     private var sentStatus: Int?
     private var sentNote: String?
 
+    /// How many `Content-Length` headers the request has.
+    private let contentLengthCount: Int
+
     init(connection: OpaquePointer, core: ServerCore, method: String, path: String) {
         self.connection = connection
         self.core = core
+        let headers = Self.values(connection, .HEADER_KIND)
         request = HTTPRequest(
-            method: method, path: path, query: Self.values(connection, .GET_ARGUMENT_KIND),
-            loweredHeaders: Self.values(connection, .HEADER_KIND))
+            method: method, path: path, query: Self.values(connection, .GET_ARGUMENT_KIND).values, loweredHeaders: headers.values)
+        contentLengthCount = headers.counts["content-length", default: 0]
         bodyLimit = core.configuration.bodyLimit?(request) ?? core.configuration.maximumBodyBytes
+    }
+
+    /// The refusal of a request whose body's length is ambiguous, decided from its headers: where
+    /// a proxy in front might see the body end elsewhere, the bytes after it could run as a
+    /// request of their own (request smuggling). More than one `Content-Length`, one that is not
+    /// plain digits, or one beside `Transfer-Encoding`: 400; a `Transfer-Encoding` other than
+    /// `chunked`: 501. The connection is closed after the answer, so nothing sent after these
+    /// headers is read as a request.
+    var framingRefusal: HTTPResponse? {
+        let close = [(name: "Connection", value: "close")]
+        let length = request.header("content-length")
+        let encoding = request.header("transfer-encoding")
+        if contentLengthCount > 1 {
+            return HTTPResponse.error(400, code: "bad-request", message: "the request has more than one Content-Length header", headers: close)
+        }
+        if let length, length.isEmpty || !length.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
+            return HTTPResponse.error(400, code: "bad-request", message: "Content-Length is not a decimal number", headers: close)
+        }
+        guard let encoding else { return nil }
+        if encoding.lowercased() != "chunked" {
+            return HTTPResponse.error(
+                501, code: "unsupported-transfer-encoding", message: "Transfer-Encoding must be chunked (and given once)", headers: close)
+        }
+        if length != nil {
+            return HTTPResponse.error(
+                400, code: "bad-request", message: "the request has both Content-Length and Transfer-Encoding", headers: close)
+        }
+        return nil
     }
 
     var tooLarge: HTTPResponse {
@@ -582,21 +615,24 @@ final class Exchange: @unchecked Sendable {
         }
     }
 
-    private static func values(_ connection: OpaquePointer, _ kind: MHD_ValueKind) -> [String: String] {
+    private static func values(_ connection: OpaquePointer, _ kind: MHD_ValueKind) -> ValueCollector {
         let collector = ValueCollector()
         _ = withExtendedLifetime(collector) {
             MHD_get_connection_values(connection, kind, collectValue, Unmanaged.passUnretained(collector).toOpaque())
         }
-        return collector.values
+        return collector
     }
 }
 
-/// Collects a connection's headers or query arguments; a repeated name's values joined with `, `.
+/// Collects a connection's headers or query arguments; a repeated name's values joined with `, `,
+/// and how many times each name came.
 private final class ValueCollector {
     var values: [String: String] = [:]
+    var counts: [String: Int] = [:]
 
     func add(_ name: String, _ value: String) {
         if let existing = values[name] { values[name] = existing + ", " + value } else { values[name] = value }
+        counts[name, default: 0] += 1
     }
 }
 

@@ -206,6 +206,33 @@ import Testing
         #expect(served)
     }
 
+    @Test(arguments: [
+        // Two lengths: the first would end the body early and run the rest as a request of its own.
+        ("Content-Length: 2\r\nContent-Length: 37", "400", "more than one Content-Length"),
+        ("Content-Length: 37\r\nContent-Length: 37", "400", "more than one Content-Length"),
+        ("Transfer-Encoding: gzip, chunked", "501", "unsupported-transfer-encoding"),
+        ("Transfer-Encoding: identity\r\nContent-Length: 37", "501", "unsupported-transfer-encoding"),
+        ("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked", "501", "unsupported-transfer-encoding"),
+        ("Transfer-Encoding: chunked\r\nContent-Length: 37", "400", "both Content-Length and Transfer-Encoding"),
+    ])
+    func aBodyOfAmbiguousLengthIsRefusedAndTheConnectionClosed(framing: String, status: String, reason: String) throws {
+        let handled = Collected<String>()
+        let server = try HTTPServer(configuration: .init()) { request in
+            handled.add(request.path)
+            return Self.echo(request)
+        }
+        defer { server.shutdown() }
+        let connection = try RawConnection(port: server.port)
+        // 37 bytes of body: `{}` and a whole second request.
+        connection.send("POST /first HTTP/1.1\r\nHost: t\r\n\(framing)\r\n\r\n{}GET /smuggled HTTP/1.1\r\nHost: t\r\n\r\n")
+        let answer = connection.readUntilClosed(timeout: 10)
+        #expect(answer.closed, "the connection was left open")
+        #expect(answer.text.hasPrefix("HTTP/1.1 \(status)") && answer.text.contains(reason), "\(answer.text)")
+        #expect(answer.text.lowercased().contains("connection: close"), "\(answer.text)")
+        #expect(answer.text.components(separatedBy: "HTTP/1.1 ").count == 2, "more than one answer: \(answer.text)")
+        #expect(handled.list.isEmpty, "handled: \(handled.list)")
+    }
+
     @Test func shutdownAnswersRequestsInFlightThenRefusesConnections() throws {
         // The handler holds every answer until the test releases them: once all 8 requests have
         // reached it and the server has stopped accepting connections (shutdown has begun).
