@@ -42,6 +42,8 @@ import Testing
         let bob = try served.client.get("/v1/entitlements", headers: try served.authorization("bob-uid"))
         #expect(bob.json["account"] as? String == "bob-uid")
         #expect((bob.json["entitlements"] as? [[String: Any]])?.isEmpty == true, "bob sees nothing of alice's")
+        // Known: his denied submissions are recorded, under an account that owns nothing (docs/service.md).
+        #expect(bob.json["known"] as? Bool == true)
 
         // Bob deleting his account changes nothing of alice's.
         #expect(try served.client.send("DELETE", "/v1/account", headers: try served.authorization("bob-uid")).status == 200)
@@ -55,6 +57,12 @@ import Testing
         #expect((deleted.json["message"] as? String ?? "").contains("does not cancel Apple billing"))
         let gone = try served.client.get("/v1/entitlements", headers: try served.authorization("alice-uid"))
         #expect(gone.json["known"] as? Bool == false)
+        // The app retrying the restore after the deletion: denied (the lineage is a tombstone), and
+        // recorded under a new account, known again and owning nothing of the deleted one's.
+        let retriedAfterDeletion = try served.transaction("restore", as: "alice-uid", purchase)
+        #expect(retriedAfterDeletion.status == 403, "\(retriedAfterDeletion.text)")
+        let again = try served.client.get("/v1/entitlements", headers: try served.authorization("alice-uid"))
+        #expect(again.json["known"] as? Bool == true && (again.json["entitlements"] as? [[String: Any]])?.isEmpty == true, "\(again.text)")
         let ledger = try served.ledger()
         #expect(try ledger.binding(originalTransactionId: "3100").state == "tombstoned")
         #expect(try ledger.binding(originalTransactionId: "3200").state == "unbound")
