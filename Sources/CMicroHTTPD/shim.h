@@ -9,11 +9,13 @@
 
 /* Swift cannot call C variadic functions: these pass libmicrohttpd's variadic arguments for it. */
 
-/* MHD_start_daemon with every option in one MHD_OPTION_END-terminated array. */
-static inline struct MHD_Daemon *ledger_mhd_start_daemon(unsigned int flags, MHD_AcceptPolicyCallback accept, void *acceptContext,
-                                                         MHD_AccessHandlerCallback handler, void *context,
+/* MHD_start_daemon with every option in one MHD_OPTION_END-terminated array. `port` is the port of
+   the MHD_OPTION_SOCK_ADDR address (libmicrohttpd binds that address, and names `port` in its
+   messages). */
+static inline struct MHD_Daemon *ledger_mhd_start_daemon(unsigned int flags, uint16_t port, MHD_AcceptPolicyCallback accept,
+                                                         void *acceptContext, MHD_AccessHandlerCallback handler, void *context,
                                                          const struct MHD_OptionItem *options) {
-    return MHD_start_daemon(flags, 0, accept, acceptContext, handler, context, MHD_OPTION_ARRAY, options, MHD_OPTION_END);
+    return MHD_start_daemon(flags, port, accept, acceptContext, handler, context, MHD_OPTION_ARRAY, options, MHD_OPTION_END);
 }
 
 /* The port the daemon is bound to (0 when unknown). */

@@ -199,7 +199,7 @@ private final class Daemon: @unchecked Sendable {
         let started = withUnsafeMutablePointer(to: &address) { addressPointer in
             options.append(item(.SOCK_ADDR, 0, UnsafeMutableRawPointer(addressPointer)))
             options.append(item(.END))
-            return ledger_mhd_start_daemon(flags, acceptPolicy, context, accessHandler, context, options)
+            return ledger_mhd_start_daemon(flags, configuration.port, acceptPolicy, context, accessHandler, context, options)
         }
         guard let started else {
             retained.forEach { free($0) }

@@ -325,6 +325,10 @@ import Testing
             #expect(result.status == 2, "\(arguments): \(result.stderr)")
             #expect(result.stderr.contains(message), "\(arguments): \(result.stderr)")
         }
+        // An address it cannot listen on is named with the port asked for, never libmicrohttpd's port 0.
+        let taken = try LedgerBinary.run(base + ["--listen", "127.0.0.1:\(served.port)", "--firebase-certificates", certificates])
+        #expect(taken.stderr.contains("cannot listen on 127.0.0.1 port \(served.port): "), "\(taken.stderr)")
+        #expect(!taken.stderr.contains("port 0"), "\(taken.stderr)")
     }
 }
 
