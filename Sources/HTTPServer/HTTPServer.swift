@@ -32,9 +32,16 @@ public final class HTTPServer: Sendable {
         public var connectionMemoryBytes: Int
         /// Connections open at once; further ones are closed as they are accepted.
         public var maximumConnections: Int
+        /// Connections open at once from one client IP address (0: no limit); further ones from it
+        /// are closed as they are accepted. Behind a proxy every connection comes from the proxy.
+        public var maximumConnectionsPerAddress: Int
         /// A connection idle this many seconds (nothing received while a request is incomplete,
         /// or nothing sent on an idle keep-alive connection) is closed.
         public var idleTimeoutSeconds: Int
+        /// A request's line and headers (and, with TLS, the handshake) must arrive within this many
+        /// seconds of the connection's opening, or on a keep-alive connection of the first byte
+        /// received after the previous answer; a slower client is disconnected.
+        public var headerTimeoutSeconds: Double
         /// The whole body must arrive within this many seconds of the headers; a slower client is
         /// disconnected.
         public var bodyTimeoutSeconds: Double
@@ -43,7 +50,8 @@ public final class HTTPServer: Sendable {
             host: String = "127.0.0.1", port: UInt16 = 0, tls: TLS? = nil,
             threads: Int = max(2, ProcessInfo.processInfo.activeProcessorCount), maximumBodyBytes: Int = 1 << 20,
             bodyLimit: (@Sendable (HTTPRequest) -> Int)? = nil, connectionMemoryBytes: Int = 32 << 10, maximumConnections: Int = 1024,
-            idleTimeoutSeconds: Int = 30, bodyTimeoutSeconds: Double = 30
+            maximumConnectionsPerAddress: Int = 128, idleTimeoutSeconds: Int = 30, headerTimeoutSeconds: Double = 10,
+            bodyTimeoutSeconds: Double = 30
         ) {
             self.host = host
             self.port = port
@@ -53,7 +61,9 @@ public final class HTTPServer: Sendable {
             self.bodyLimit = bodyLimit
             self.connectionMemoryBytes = connectionMemoryBytes
             self.maximumConnections = maximumConnections
+            self.maximumConnectionsPerAddress = maximumConnectionsPerAddress
             self.idleTimeoutSeconds = idleTimeoutSeconds
+            self.headerTimeoutSeconds = headerTimeoutSeconds
             self.bodyTimeoutSeconds = bodyTimeoutSeconds
         }
     }
@@ -144,6 +154,9 @@ private final class Daemon: @unchecked Sendable {
     private var listeningSocket: Int32?
     /// C strings handed to libmicrohttpd, kept until the daemon stops.
     private var retained: [UnsafeMutablePointer<CChar>] = []
+    /// Signalled to end the header-deadline watchdog, which signals `watchdogEnded` as it ends.
+    private let watchdogStop = DispatchSemaphore(value: 0)
+    private let watchdogEnded = DispatchSemaphore(value: 0)
 
     init(core: ServerCore) throws(HTTPServerError) {
         self.core = core
@@ -155,13 +168,23 @@ private final class Daemon: @unchecked Sendable {
             MHD_OptionItem(option: option, value: value, ptr_value: pointer)
         }
         let context = Unmanaged.passUnretained(core).toOpaque()
+        // The connection limit is kept by the accept policy (``ServerCore/hasRoomForConnection``),
+        // which closes a connection over it as it is accepted. libmicrohttpd's own limit is set
+        // above it: a daemon thread at that limit stops accepting, and connections then wait in
+        // the kernel's listen backlog instead of being refused. Its threads each take a share of
+        // it, and may accept at once (hence the margin of one per thread).
+        let threads = max(1, configuration.threads)
         var options = [
+            item(.EXTERNAL_LOGGER, unsafeBitCast(daemonMessage, to: Int.self), context),
             item(.CONNECTION_MEMORY_LIMIT, max(8 << 10, configuration.connectionMemoryBytes)),
-            item(.CONNECTION_LIMIT, max(1, configuration.maximumConnections)),
+            item(.CONNECTION_LIMIT, max(1, configuration.maximumConnections) + 2 * threads),
             item(.CONNECTION_TIMEOUT, max(1, configuration.idleTimeoutSeconds)),
             item(.NOTIFY_COMPLETED, unsafeBitCast(requestCompleted, to: Int.self), context),
-            item(.EXTERNAL_LOGGER, unsafeBitCast(daemonMessage, to: Int.self), context),
+            item(.NOTIFY_CONNECTION, unsafeBitCast(connectionChanged, to: Int.self), context),
         ]
+        if configuration.maximumConnectionsPerAddress > 0 {
+            options.append(item(.PER_IP_CONNECTION_LIMIT, configuration.maximumConnectionsPerAddress))
+        }
         if configuration.threads > 1 { options.append(item(.THREAD_POOL_SIZE, configuration.threads)) }
         if let tls = configuration.tls {
             guard MHD_is_feature_supported(.FEATURE_TLS) == .YES else {
@@ -176,7 +199,7 @@ private final class Daemon: @unchecked Sendable {
         let started = withUnsafeMutablePointer(to: &address) { addressPointer in
             options.append(item(.SOCK_ADDR, 0, UnsafeMutableRawPointer(addressPointer)))
             options.append(item(.END))
-            return ledger_mhd_start_daemon(flags, accessHandler, context, options)
+            return ledger_mhd_start_daemon(flags, configuration.port, acceptPolicy, context, accessHandler, context, options)
         }
         guard let started else {
             retained.forEach { free($0) }
@@ -185,6 +208,12 @@ private final class Daemon: @unchecked Sendable {
         }
         handle = started
         port = ledger_mhd_bound_port(started)
+        let interval = min(0.5, max(0.05, configuration.headerTimeoutSeconds / 4))
+        let (stop, ended) = (watchdogStop, watchdogEnded)
+        Thread { [core] in
+            while stop.wait(timeout: .now() + interval) == .timedOut { core.enforceHeaderDeadline() }
+            ended.signal()
+        }.start()
     }
 
     deinit { stop() }
@@ -213,6 +242,8 @@ private final class Daemon: @unchecked Sendable {
         core.answerPending(HTTPResponse.error(503, code: "shutting-down", message: "the server is shutting down; retry"))
         let deadline = Date().addingTimeInterval(2)
         while core.answeringCount > 0 && Date() < deadline { usleep(1_000) }
+        watchdogStop.signal()
+        watchdogEnded.wait()
         MHD_stop_daemon(handle)
         self.handle = nil
         if let listeningSocket, listeningSocket >= 0 { close(listeningSocket) }
@@ -258,6 +289,21 @@ final class ServerCore: @unchecked Sendable {
     /// Stopping: every request not yet handed to the handler is refused 503, however early it arrived.
     private var stopping = false
     private var daemonMessages: [String] = []
+    /// The open connections, by libmicrohttpd's handle (under their own lock: touched as each
+    /// connection opens and closes, and twice per request).
+    private let connectionLock = NSLock()
+    private var connections: [OpaquePointer: OpenConnection] = [:]
+
+    /// A connection, and what it is waiting for: a request's headers (since when), or the first
+    /// byte of its next request on a keep-alive connection (since when its last answer was sent).
+    /// Neither while a request's body is arriving or its answer is pending.
+    struct OpenConnection {
+        let socket: Int32
+        var awaitingHeadersSince: UInt64?
+        var idleSince: UInt64?
+        /// Shut down for missing its header deadline (once).
+        var cut = false
+    }
 
     init(
         configuration: HTTPServer.Configuration, handler: @escaping HTTPServer.Handler,
@@ -316,6 +362,68 @@ final class ServerCore: @unchecked Sendable {
         }
     }
 
+    /// Whether a connection just accepted may stay: fewer than ``HTTPServer/Configuration/maximumConnections``
+    /// are open. libmicrohttpd closes one refused here at once.
+    var hasRoomForConnection: Bool {
+        connectionLock.withLock { connections.count < max(1, configuration.maximumConnections) }
+    }
+
+    func connectionOpened(_ connection: OpaquePointer) {
+        let socket = ledger_mhd_connection_socket(connection)
+        connectionLock.withLock {
+            connections[connection] = OpenConnection(socket: socket, awaitingHeadersSince: DispatchTime.now().uptimeNanoseconds)
+        }
+    }
+
+    /// libmicrohttpd reports a connection closed before it closes the socket: once this returns,
+    /// the watchdog no longer touches that descriptor (which may then be reused).
+    func connectionClosed(_ connection: OpaquePointer) {
+        connectionLock.withLock { _ = connections.removeValue(forKey: connection) }
+    }
+
+    private func headersArrived(on connection: OpaquePointer) {
+        connectionLock.withLock {
+            connections[connection]?.awaitingHeadersSince = nil
+            connections[connection]?.idleSince = nil
+        }
+    }
+
+    func requestFinished(on connection: OpaquePointer) {
+        connectionLock.withLock {
+            connections[connection]?.awaitingHeadersSince = nil
+            connections[connection]?.idleSince = DispatchTime.now().uptimeNanoseconds
+        }
+    }
+
+    /// Run by the watchdog a few times a second: shuts down (`shutdown(2)`, never `close(2)`:
+    /// libmicrohttpd then closes the connection itself, with its own state) every connection whose
+    /// request headers have not arrived within ``HTTPServer/Configuration/headerTimeoutSeconds``.
+    /// The deadline of a keep-alive connection's next request starts at the first byte received
+    /// after its previous answer (the kernel's `TCP_INFO` tells when data last arrived); until
+    /// then it is idle, and the idle timeout applies.
+    func enforceHeaderDeadline() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let limit = UInt64(max(0.001, configuration.headerTimeoutSeconds) * 1e9)
+        connectionLock.withLock {
+            for (key, open) in connections where !open.cut {
+                var updated = open
+                if let idle = open.idleSince {
+                    let quiet = ledger_tcp_milliseconds_since_data(open.socket)
+                    let idleMilliseconds = Int64((now &- idle) / 1_000_000)
+                    // Data arrived since the answer (with a margin for the kernel's clock ticks).
+                    guard quiet >= 0, quiet + 100 < idleMilliseconds else { continue }
+                    updated.idleSince = nil
+                    updated.awaitingHeadersSince = now &- UInt64(quiet) * 1_000_000
+                }
+                if let since = updated.awaitingHeadersSince, now &- since > limit {
+                    _ = shutdown(open.socket, Int32(SHUT_RDWR))
+                    updated.cut = true
+                }
+                connections[key] = updated
+            }
+        }
+    }
+
     /// libmicrohttpd's access handler: called once with the headers, once per body chunk, then
     /// once the request is complete (and again after a suspended connection is resumed).
     func access(
@@ -323,9 +431,11 @@ final class ServerCore: @unchecked Sendable {
         context: UnsafeMutablePointer<UnsafeMutableRawPointer?>
     ) -> MHD_Result {
         guard let existing = context.pointee else {
+            headersArrived(on: connection)
             let exchange = Exchange(connection: connection, core: self, method: method, path: url)
             context.pointee = Unmanaged.passRetained(exchange).toOpaque()
             exchange.admitted = register(exchange)
+            if let refusal = exchange.framingRefusal { return exchange.send(refusal) }
             if let length = exchange.request.header("content-length").flatMap(Int.init), length > exchange.bodyLimit {
                 return exchange.send(exchange.tooLarge)
             }
@@ -362,13 +472,45 @@ final class Exchange: @unchecked Sendable {
     private var sentStatus: Int?
     private var sentNote: String?
 
+    /// How many `Content-Length` headers the request has.
+    private let contentLengthCount: Int
+
     init(connection: OpaquePointer, core: ServerCore, method: String, path: String) {
         self.connection = connection
         self.core = core
+        let headers = Self.values(connection, .HEADER_KIND)
         request = HTTPRequest(
-            method: method, path: path, query: Self.values(connection, .GET_ARGUMENT_KIND),
-            loweredHeaders: Self.values(connection, .HEADER_KIND))
+            method: method, path: path, query: Self.values(connection, .GET_ARGUMENT_KIND).values, loweredHeaders: headers.values)
+        contentLengthCount = headers.counts["content-length", default: 0]
         bodyLimit = core.configuration.bodyLimit?(request) ?? core.configuration.maximumBodyBytes
+    }
+
+    /// The refusal of a request whose body's length is ambiguous, decided from its headers: where
+    /// a proxy in front might see the body end elsewhere, the bytes after it could run as a
+    /// request of their own (request smuggling). More than one `Content-Length`, one that is not
+    /// plain digits, or one beside `Transfer-Encoding`: 400; a `Transfer-Encoding` other than
+    /// `chunked`: 501. The connection is closed after the answer, so nothing sent after these
+    /// headers is read as a request.
+    var framingRefusal: HTTPResponse? {
+        let close = [(name: "Connection", value: "close")]
+        let length = request.header("content-length")
+        let encoding = request.header("transfer-encoding")
+        if contentLengthCount > 1 {
+            return HTTPResponse.error(400, code: "bad-request", message: "the request has more than one Content-Length header", headers: close)
+        }
+        if let length, length.isEmpty || !length.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
+            return HTTPResponse.error(400, code: "bad-request", message: "Content-Length is not a decimal number", headers: close)
+        }
+        guard let encoding else { return nil }
+        if encoding.lowercased() != "chunked" {
+            return HTTPResponse.error(
+                501, code: "unsupported-transfer-encoding", message: "Transfer-Encoding must be chunked (and given once)", headers: close)
+        }
+        if length != nil {
+            return HTTPResponse.error(
+                400, code: "bad-request", message: "the request has both Content-Length and Transfer-Encoding", headers: close)
+        }
+        return nil
     }
 
     var tooLarge: HTTPResponse {
@@ -473,21 +615,24 @@ final class Exchange: @unchecked Sendable {
         }
     }
 
-    private static func values(_ connection: OpaquePointer, _ kind: MHD_ValueKind) -> [String: String] {
+    private static func values(_ connection: OpaquePointer, _ kind: MHD_ValueKind) -> ValueCollector {
         let collector = ValueCollector()
         _ = withExtendedLifetime(collector) {
             MHD_get_connection_values(connection, kind, collectValue, Unmanaged.passUnretained(collector).toOpaque())
         }
-        return collector.values
+        return collector
     }
 }
 
-/// Collects a connection's headers or query arguments; a repeated name's values joined with `, `.
+/// Collects a connection's headers or query arguments; a repeated name's values joined with `, `,
+/// and how many times each name came.
 private final class ValueCollector {
     var values: [String: String] = [:]
+    var counts: [String: Int] = [:]
 
     func add(_ name: String, _ value: String) {
         if let existing = values[name] { values[name] = existing + ", " + value } else { values[name] = value }
+        counts[name, default: 0] += 1
     }
 }
 
@@ -508,11 +653,28 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
         uploadSize: uploadSize, upload: upload, context: requestContext)
 }
 
-private let requestCompleted: MHD_RequestCompletedCallback = { context, _, requestContext, _ in
-    guard let context, let requestContext, let pointer = requestContext.pointee else { return }
+private let requestCompleted: MHD_RequestCompletedCallback = { context, connection, requestContext, _ in
+    guard let context else { return }
+    let core = Unmanaged<ServerCore>.fromOpaque(context).takeUnretainedValue()
+    if let connection { core.requestFinished(on: connection) }
+    guard let requestContext, let pointer = requestContext.pointee else { return }
     requestContext.pointee = nil
-    let exchange = Unmanaged<Exchange>.fromOpaque(pointer).takeRetainedValue()
-    Unmanaged<ServerCore>.fromOpaque(context).takeUnretainedValue().finish(exchange)
+    core.finish(Unmanaged<Exchange>.fromOpaque(pointer).takeRetainedValue())
+}
+
+private let connectionChanged: MHD_NotifyConnectionCallback = { context, connection, _, event in
+    guard let context, let connection else { return }
+    let core = Unmanaged<ServerCore>.fromOpaque(context).takeUnretainedValue()
+    switch event {
+    case .CONNECTION_NOTIFY_STARTED: core.connectionOpened(connection)
+    case .CONNECTION_NOTIFY_CLOSED: core.connectionClosed(connection)
+    default: break
+    }
+}
+
+private let acceptPolicy: MHD_AcceptPolicyCallback = { context, _, _ in
+    guard let context else { return .YES }
+    return Unmanaged<ServerCore>.fromOpaque(context).takeUnretainedValue().hasRoomForConnection ? .YES : .NO
 }
 
 private let daemonMessage: MHD_LogCallback = { context, format, arguments in

@@ -91,7 +91,11 @@ enum ServeBenchmark {
 
         let server = try Server(
             executable: options.server, store: store, certificates: firebase.appendingPathComponent("certificates.json"),
-            tokenFile: tokenFile, log: options.directory.appendingPathComponent("serve.log"))
+            tokenFile: tokenFile, log: options.directory.appendingPathComponent("serve.log"),
+            // Every client connects from loopback, one address: more than the server's default
+            // 128 connections per address are let in (older builds, compared at fewer clients,
+            // never see the option).
+            options: options.clients > 128 ? ["--max-connections-per-ip", "0"] : [])
         defer { server.stop() }
         log("ledger serve listening on port \(server.port); \(options.clients) clients, \(options.requests) requests to /v1/\(options.route)")
         let load = Load(requests: requests, clients: options.clients, port: server.port, sampleMemory: server.anonymousKiB)
@@ -170,12 +174,13 @@ enum ServeBenchmark {
         let port: UInt16
         private var stopped: Int32?
 
-        init(executable: URL?, store: URL, certificates: URL, tokenFile: URL, log: URL) throws {
+        init(executable: URL?, store: URL, certificates: URL, tokenFile: URL, log: URL, options: [String]) throws {
             process.executableURL = executable ?? URL(fileURLWithPath: Bundle.main.executablePath ?? CommandLine.arguments[0])
-            process.arguments = [
-                "serve", "--store", store.path, "--listen", "127.0.0.1:0", "--firebase-project-id", ServeBenchmark.projectId,
-                "--firebase-certificates", certificates.path, "--service-token-file", tokenFile.path,
-            ]
+            process.arguments =
+                [
+                    "serve", "--store", store.path, "--listen", "127.0.0.1:0", "--firebase-project-id", ServeBenchmark.projectId,
+                    "--firebase-certificates", certificates.path, "--service-token-file", tokenFile.path,
+                ] + options
             _ = FileManager.default.createFile(atPath: log.path, contents: nil)
             process.standardError = try FileHandle(forWritingTo: log)
             let out = Pipe()

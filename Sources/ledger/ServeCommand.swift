@@ -13,7 +13,8 @@ struct ServeCommand: Subcommand {
                             [--firebase-certificates URL|FILE] [--service-token-file FILE]
                             [--tls-certificate FILE --tls-key FILE]
                             [--clock-skew SECONDS] [--threads N] [--queue N] [--max-connections N]
-                            [--idle-timeout SECONDS] [--body-timeout SECONDS]
+                            [--max-connections-per-ip N] [--idle-timeout SECONDS] [--header-timeout SECONDS]
+                            [--body-timeout SECONDS]
                             [--backfill-every DURATION [--backfill-window DURATION]
                              --issuer-id ID --key-id ID --private-key FILE [--api-base-url URL]]
 
@@ -31,8 +32,11 @@ struct ServeCommand: Subcommand {
         --clock-skew             seconds tolerated on token exp/iat/auth_time (default 300)
         --threads                server threads (default: cores, at least 2)
         --queue                  submissions waiting for the writer before 503 (default 8192)
-        --max-connections        open connections (default 1024)
+        --max-connections        open connections (default 1024); further ones are closed on accept
+        --max-connections-per-ip open connections from one client address (default 128; 0: no limit);
+                                 behind a reverse proxy every connection is the proxy's: raise it or use 0
         --idle-timeout           seconds before an idle or stalled connection is closed (default 30)
+        --header-timeout         seconds a request's headers may take to arrive (default 10)
         --body-timeout           seconds a request body may take to arrive (default 30)
         --backfill-every         fetch the notifications Apple sent (App Store Server API, Get Notification
                                  History) every DURATION (90, 15m, 1h) and decide those the ledger missed, as
@@ -44,7 +48,8 @@ struct ServeCommand: Subcommand {
         """
     static let options = Set([
         "listen", "firebase-project-id", "firebase-certificates", "service-token-file", "tls-certificate", "tls-key",
-        "clock-skew", "threads", "queue", "max-connections", "idle-timeout", "body-timeout", "backfill-every", "backfill-window",
+        "clock-skew", "threads", "queue", "max-connections", "max-connections-per-ip", "idle-timeout", "header-timeout", "body-timeout",
+        "backfill-every", "backfill-window",
     ]).union(AppleAPIOptions.names)
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
@@ -54,7 +59,12 @@ struct ServeCommand: Subcommand {
         http.tls = try tls(arguments)
         if let threads = try arguments.integer("threads") { http.threads = max(1, threads) }
         if let connections = try arguments.integer("max-connections") { http.maximumConnections = max(1, connections) }
+        if let perAddress = try arguments.integer("max-connections-per-ip") { http.maximumConnectionsPerAddress = perAddress }
         if let idle = try arguments.integer("idle-timeout") { http.idleTimeoutSeconds = max(1, idle) }
+        if let header = try arguments.integer("header-timeout") {
+            guard header > 0 else { throw CLIError.usage("--header-timeout 0 is not a number of seconds (at least 1)") }
+            http.headerTimeoutSeconds = Double(header)
+        }
         if let body = try arguments.integer("body-timeout") { http.bodyTimeoutSeconds = Double(max(1, body)) }
         var configuration = LedgerService.Configuration(
             http: http, firebaseProjectId: projectId, firebaseCertificates: try certificates(arguments.value("firebase-certificates")))

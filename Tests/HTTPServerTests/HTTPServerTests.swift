@@ -141,6 +141,98 @@ import Testing
         #expect(completions.list.filter { $0.status == nil }.count == 2)
     }
 
+    @Test func slowHeadersAreCutOffAtTheHeaderDeadlineAndConnectionsOverTheLimitAreRefused() throws {
+        // One server thread accepts connections in order, so the limit is reached exactly at the fourth.
+        let server = try HTTPServer(
+            configuration: .init(threads: 1, maximumConnections: 4, maximumConnectionsPerAddress: 0, idleTimeoutSeconds: 30, headerTimeoutSeconds: 1),
+            respond: Self.echo)
+        defer { server.shutdown() }
+        // Four connections trickle header bytes, one every 150 ms for 30 s: never idle.
+        let slow = try (0..<4).map { _ in try RawConnection(port: server.port) }
+        for connection in slow { connection.send("GET /x HTTP/1.1\r\nHost: t\r\nX-Slow: ") }
+        for connection in slow { Thread { for _ in 0..<200 where connection.send("a") { usleep(150_000) } }.start() }
+        // A fifth is over the limit: closed as it is accepted, not left waiting in the listen backlog.
+        let fifth = try RawConnection(port: server.port)
+        let refused = fifth.readUntilClosed(timeout: 10)
+        #expect(refused.closed && refused.text.isEmpty, "a connection over the limit was not closed at once")
+        // The trickling connections are cut off by the header deadline (not the 30-second idle
+        // timeout, which their bytes keep resetting), without an answer.
+        for connection in slow {
+            let end = connection.readUntilClosed(timeout: 20)
+            #expect(end.closed && end.text.isEmpty, "a trickling header was not cut off")
+        }
+        // Their slots are free again: a normal request is answered.
+        let normal = try RawConnection(port: server.port)
+        normal.send("GET /after HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        let answer = normal.readUntilClosed(timeout: 20)
+        #expect(answer.text.hasPrefix("HTTP/1.1 200") && answer.text.contains(#""path":"\/after""#), "\(answer.text)")
+    }
+
+    @Test func aKeepAliveConnectionMayIdleButTheHeadersOfItsNextRequestHaveTheDeadline() throws {
+        let server = try HTTPServer(configuration: .init(idleTimeoutSeconds: 30, headerTimeoutSeconds: 1), respond: Self.echo)
+        defer { server.shutdown() }
+        let connection = try RawConnection(port: server.port)
+        connection.send("GET /first HTTP/1.1\r\nHost: t\r\n\r\n")
+        // Idle between requests for three times the header deadline: still open (the idle timeout applies).
+        let first = connection.readUntilClosed(timeout: 3)
+        #expect(first.text.hasPrefix("HTTP/1.1 200") && !first.closed, "\(first)")
+        connection.send("GET /second HTTP/1.1\r\nHost: t\r\n\r\n")
+        let second = connection.readUntilClosed(timeout: 3)
+        #expect(second.text.hasPrefix("HTTP/1.1 200") && second.text.contains("second") && !second.closed, "\(second)")
+        // The next request's headers trickle in: cut off once they have taken longer than the deadline.
+        connection.send("GET /third HTTP/1.1\r\n")
+        Thread { for _ in 0..<200 where connection.send("X-Slow: a\r\n") { usleep(150_000) } }.start()
+        let third = connection.readUntilClosed(timeout: 20)
+        #expect(third.closed && third.text.isEmpty, "a keep-alive connection's trickling headers were not cut off")
+    }
+
+    @Test func connectionsFromOneAddressOverItsLimitAreRefused() throws {
+        let server = try HTTPServer(configuration: .init(maximumConnectionsPerAddress: 2), respond: Self.echo)
+        defer { server.shutdown() }
+        let open = try (0..<2).map { _ in try RawConnection(port: server.port) }
+        for connection in open { connection.send("GET /open HTTP/1.1\r\nHost: t\r\n") }  // held open, headers unfinished
+        let third = try RawConnection(port: server.port)
+        let refused = third.readUntilClosed(timeout: 10)
+        #expect(refused.closed && refused.text.isEmpty, "a third connection from one address was not closed at once")
+        // Once one has closed, another is served (libmicrohttpd may count the closed one a moment
+        // after the client sees it close: tried until then).
+        open[0].send("Connection: close\r\n\r\n")
+        #expect(open[0].readUntilClosed(timeout: 20).text.hasPrefix("HTTP/1.1 200"))
+        let served = waitUntil {
+            guard let next = try? RawConnection(port: server.port) else { return false }
+            next.send("GET /next HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            return next.readUntilClosed(timeout: 20).text.hasPrefix("HTTP/1.1 200")
+        }
+        #expect(served)
+    }
+
+    @Test(arguments: [
+        // Two lengths: the first would end the body early and run the rest as a request of its own.
+        ("Content-Length: 2\r\nContent-Length: 37", "400", "more than one Content-Length"),
+        ("Content-Length: 37\r\nContent-Length: 37", "400", "more than one Content-Length"),
+        ("Transfer-Encoding: gzip, chunked", "501", "unsupported-transfer-encoding"),
+        ("Transfer-Encoding: identity\r\nContent-Length: 37", "501", "unsupported-transfer-encoding"),
+        ("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked", "501", "unsupported-transfer-encoding"),
+        ("Transfer-Encoding: chunked\r\nContent-Length: 37", "400", "both Content-Length and Transfer-Encoding"),
+    ])
+    func aBodyOfAmbiguousLengthIsRefusedAndTheConnectionClosed(framing: String, status: String, reason: String) throws {
+        let handled = Collected<String>()
+        let server = try HTTPServer(configuration: .init()) { request in
+            handled.add(request.path)
+            return Self.echo(request)
+        }
+        defer { server.shutdown() }
+        let connection = try RawConnection(port: server.port)
+        // 37 bytes of body: `{}` and a whole second request.
+        connection.send("POST /first HTTP/1.1\r\nHost: t\r\n\(framing)\r\n\r\n{}GET /smuggled HTTP/1.1\r\nHost: t\r\n\r\n")
+        let answer = connection.readUntilClosed(timeout: 10)
+        #expect(answer.closed, "the connection was left open")
+        #expect(answer.text.hasPrefix("HTTP/1.1 \(status)") && answer.text.contains(reason), "\(answer.text)")
+        #expect(answer.text.lowercased().contains("connection: close"), "\(answer.text)")
+        #expect(answer.text.components(separatedBy: "HTTP/1.1 ").count == 2, "more than one answer: \(answer.text)")
+        #expect(handled.list.isEmpty, "handled: \(handled.list)")
+    }
+
     @Test func shutdownAnswersRequestsInFlightThenRefusesConnections() throws {
         // The handler holds every answer until the test releases them: once all 8 requests have
         // reached it and the server has stopped accepting connections (shutdown has begun).
@@ -215,7 +307,10 @@ import Testing
     @Test func refusesAnAddressItCannotListenOn() throws {
         let first = try HTTPServer(configuration: .init(), respond: Self.echo)
         defer { first.shutdown() }
-        #expect(throws: HTTPServerError.self) { try HTTPServer(configuration: .init(port: first.port), respond: Self.echo) }
+        let error = #expect(throws: HTTPServerError.self) { try HTTPServer(configuration: .init(port: first.port), respond: Self.echo) }
+        // The port asked for, also in libmicrohttpd's own words (which used to say port 0).
+        #expect(error?.description.hasPrefix("cannot listen on 127.0.0.1 port \(first.port): ") == true, "\(String(describing: error))")
+        #expect(error?.description.contains("port 0") == false, "\(String(describing: error))")
         #expect(throws: HTTPServerError.self) { try HTTPServer(configuration: .init(host: "no-such-host.invalid"), respond: Self.echo) }
     }
 

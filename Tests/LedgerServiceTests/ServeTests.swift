@@ -42,6 +42,8 @@ import Testing
         let bob = try served.client.get("/v1/entitlements", headers: try served.authorization("bob-uid"))
         #expect(bob.json["account"] as? String == "bob-uid")
         #expect((bob.json["entitlements"] as? [[String: Any]])?.isEmpty == true, "bob sees nothing of alice's")
+        // Known: his denied submissions are recorded, under an account that owns nothing (docs/service.md).
+        #expect(bob.json["known"] as? Bool == true)
 
         // Bob deleting his account changes nothing of alice's.
         #expect(try served.client.send("DELETE", "/v1/account", headers: try served.authorization("bob-uid")).status == 200)
@@ -55,6 +57,12 @@ import Testing
         #expect((deleted.json["message"] as? String ?? "").contains("does not cancel Apple billing"))
         let gone = try served.client.get("/v1/entitlements", headers: try served.authorization("alice-uid"))
         #expect(gone.json["known"] as? Bool == false)
+        // The app retrying the restore after the deletion: denied (the lineage is a tombstone), and
+        // recorded under a new account, known again and owning nothing of the deleted one's.
+        let retriedAfterDeletion = try served.transaction("restore", as: "alice-uid", purchase)
+        #expect(retriedAfterDeletion.status == 403, "\(retriedAfterDeletion.text)")
+        let again = try served.client.get("/v1/entitlements", headers: try served.authorization("alice-uid"))
+        #expect(again.json["known"] as? Bool == true && (again.json["entitlements"] as? [[String: Any]])?.isEmpty == true, "\(again.text)")
         let ledger = try served.ledger()
         #expect(try ledger.binding(originalTransactionId: "3100").state == "tombstoned")
         #expect(try ledger.binding(originalTransactionId: "3200").state == "unbound")
@@ -306,12 +314,21 @@ import Testing
             (base + ["--listen", "127.0.0.1:0", "--firebase-certificates", "/nonexistent.json"], "--firebase-certificates"),
             (base + ["--listen", "127.0.0.1:\(served.port)", "--firebase-certificates", certificates], "cannot listen"),
             (base + ["--listen", "127.0.0.1:0", "--firebase-certificates", certificates, "--tls-key", "k.pem"], "go together"),
+            (base + ["--listen", "127.0.0.1:0", "--firebase-certificates", certificates, "--header-timeout", "0"], "--header-timeout 0"),
+            (
+                base + ["--listen", "127.0.0.1:0", "--firebase-certificates", certificates, "--max-connections-per-ip", "-1"],
+                "--max-connections-per-ip -1 is not a non-negative integer"
+            ),
         ]
         for (arguments, message) in cases {
             let result = try LedgerBinary.run(arguments)
             #expect(result.status == 2, "\(arguments): \(result.stderr)")
             #expect(result.stderr.contains(message), "\(arguments): \(result.stderr)")
         }
+        // An address it cannot listen on is named with the port asked for, never libmicrohttpd's port 0.
+        let taken = try LedgerBinary.run(base + ["--listen", "127.0.0.1:\(served.port)", "--firebase-certificates", certificates])
+        #expect(taken.stderr.contains("cannot listen on 127.0.0.1 port \(served.port): "), "\(taken.stderr)")
+        #expect(!taken.stderr.contains("port 0"), "\(taken.stderr)")
     }
 }
 

@@ -158,6 +158,34 @@ import Testing
         #expect(try ledger.store.replay().isIntact)
     }
 
+    @Test func slowHeadersAreCutOffAndConnectionsOverTheLimitsAreRefused() throws {
+        let served = try ServedLedger(["--threads", "1", "--max-connections", "4", "--max-connections-per-ip", "0", "--header-timeout", "1"])
+        // Four connections at the limit trickle a notification's headers, a byte every 150 ms.
+        let slow = try (0..<4).map { _ in try RawConnection(port: served.port) }
+        for connection in slow { connection.send("POST /v1/apple/notifications HTTP/1.1\r\nHost: t\r\nX-Slow: ") }
+        for connection in slow { Thread { for _ in 0..<200 where connection.send("a") { usleep(150_000) } }.start() }
+        let fifth = try RawConnection(port: served.port)
+        let refused = fifth.readUntilClosed(timeout: 10)
+        #expect(refused.closed && refused.text.isEmpty, "a connection over --max-connections was not closed at once")
+        for connection in slow {
+            let end = connection.readUntilClosed(timeout: 20)
+            #expect(end.closed && end.text.isEmpty, "trickling headers were not cut off by --header-timeout")
+        }
+        let normal = try RawConnection(port: served.port)
+        normal.send("GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        #expect(normal.readUntilClosed(timeout: 20).text.hasPrefix("HTTP/1.1 200"))
+        #expect(served.stop() == 0)
+
+        // One address may hold --max-connections-per-ip connections.
+        let limited = try ServedLedger(["--max-connections-per-ip", "2"])
+        let held = try (0..<2).map { _ in try RawConnection(port: limited.port) }
+        for connection in held { connection.send("GET /healthz HTTP/1.1\r\n") }
+        let third = try RawConnection(port: limited.port)
+        let thirdEnd = third.readUntilClosed(timeout: 10)
+        #expect(thirdEnd.closed && thirdEnd.text.isEmpty, "a third connection from 127.0.0.1 was not closed at once")
+        #expect(limited.stop() == 0)
+    }
+
     @Test func oversizedAndSlowBodiesAreRefusedWhileOthersAreServed() throws {
         let served = try ServedLedger(["--idle-timeout", "1", "--body-timeout", "1"])
         let headers = try served.authorization("gil-uid")
