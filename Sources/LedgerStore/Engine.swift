@@ -1,5 +1,5 @@
 public import LedgerCore
-public import Projections
+import Projections
 
 /// The storage engine behind a ledger: an append-only log of record bytes, the indexes over it,
 /// the persisted read models, the identity vault and the Merkle nodes, read in snapshots and written

@@ -2,7 +2,7 @@ import CLMDB
 public import Foundation
 public import LedgerCore
 public import LedgerCrypto
-public import Projections
+import Projections
 
 /// A ledger's store: the engine (LMDB in `data.mdb`, or PostgreSQL) with the key files, and what every
 /// engine shares above it: record encoding and hashing (``LogAppender``), the Merkle tree

@@ -1,6 +1,6 @@
 import CPostgres
 import Foundation
-public import LedgerCore
+import LedgerCore
 import Projections
 
 /// The server engine: the same log, indexes, read models, vault and Merkle nodes as ``LMDBEngine``,
