@@ -1,5 +1,5 @@
 import Foundation
-public import LedgerCore
+import LedgerCore
 
 /// Why a store operation failed. Each message says what was wrong and what to do.
 public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendable {

@@ -1,5 +1,5 @@
 import Foundation
-public import LedgerCore
+import LedgerCore
 import LedgerCrypto
 public import Projections
 
