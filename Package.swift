@@ -50,7 +50,7 @@ let package = Package(
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "LedgerTestSupport"], exclude: ["TLS"]),
         // `ledger` itself for HelpTests, which read the command dispatcher's table.
         .testTarget(name: "OwnershipLedgerTests", dependencies: ["OwnershipLedger", "LedgerStore", "LedgerTestSupport", "ledger"]),
-        .testTarget(name: "PostgresStoreTests", dependencies: ["OwnershipLedger", "LedgerStore", "LedgerCore", "LedgerTestSupport"]),
+        .testTarget(name: "PostgresStoreTests", dependencies: ["OwnershipLedger", "LedgerStore", "LedgerCore", "LedgerCrypto", "LedgerTestSupport"]),
         .testTarget(
             name: "AppStoreServerAPITests",
             dependencies: ["AppStoreServerAPI", "OwnershipLedger", "HTTPServer", "LedgerCrypto", "AppleSignedData", "LedgerTestSupport"]),

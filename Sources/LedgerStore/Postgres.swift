@@ -217,6 +217,12 @@ final class PostgresConnection {
         return nil
     }
 
+    /// Shuts the connection's socket down under libpq, as a network failure would (tests): the server
+    /// still runs what it has received, and this side's next read finds the connection lost.
+    func dropSocket() {
+        _ = shutdown(PQsocket(handle), Int32(SHUT_RDWR))
+    }
+
     /// Whether the session still looks usable (libpq has not seen it break).
     var isHealthy: Bool { PQstatus(handle) == CONNECTION_OK }
 
@@ -263,9 +269,10 @@ final class PostgresConnection {
     }
 
     /// Sends every statement at once (libpq's pipeline mode: one round trip) and returns each one's
-    /// rows. When one fails, the ones after it are not run, and its error is thrown.
+    /// rows. When one fails, the ones after it are not run, and its error is thrown. `afterSending`
+    /// runs once everything is sent, before the answers are read (tests).
     @discardableResult
-    func pipeline(_ statements: [PostgresStatement]) throws -> [PostgresRows] {
+    func pipeline(_ statements: [PostgresStatement], afterSending: ((PostgresConnection) -> Void)? = nil) throws -> [PostgresRows] {
         let names = try statements.map(prepared)
         guard PQenterPipelineMode(handle) == 1 else { throw failure(nil) }
         var sent = 0
@@ -282,6 +289,7 @@ final class PostgresConnection {
             sent += 1
         }
         if PQpipelineSync(handle) != 1, sendError == nil { sendError = failure(nil) }
+        if sendError == nil { afterSending?(self) }
         // Read what was sent, through the sync, so the connection is usable again.
         var rows: [PostgresRows] = []
         var firstError: PostgresError?

@@ -37,6 +37,8 @@ final class PostgresAccess: EngineReader, EngineWriter {
     private var writtenKeys: [UInt64]? = []
     /// Called between a group's snapshot reads and its lock (tests make another writer commit there).
     var afterSnapshotReads: (() throws -> Void)?
+    /// Called once the group's `COMMIT` is sent, before its answer is read (tests drop the connection there).
+    var afterCommitSent: ((PostgresConnection) -> Void)?
     /// `ledger_changes` rows the committing group leaves (``ChangeLog/kept``; tests make it small).
     var keptChanges = ChangeLog.kept
 
@@ -52,13 +54,14 @@ final class PostgresAccess: EngineReader, EngineWriter {
     /// before.
     func begin() { lockPending = true }
 
-    /// Sends the queued writes and `COMMIT` in one round trip.
     /// Sends the queued writes, the group's `ledger_changes` row (``ChangeLog``) and `COMMIT` in one round trip.
     func commit() throws {
         if lockPending { try run([]) }
         guard let lockedSequence else { throw LedgerStoreError.corrupt("the write group holds no head lock") }
         commitSent = true
-        try run(pending + [ChangeLog.recordStatement(writtenKeys, from: lockedSequence, kept: keptChanges), PostgresStatement("COMMIT")])
+        try connection.pipeline(
+            pending + [ChangeLog.recordStatement(writtenKeys, from: lockedSequence, kept: keptChanges), PostgresStatement("COMMIT")],
+            afterSending: afterCommitSent)
         pending = []
     }
 

@@ -31,7 +31,8 @@ import Projections
 /// the chain stays gapless. A group's reads are a few batch statements; its writes are one
 /// multi-row statement per table, sent with its `ledger_changes` row and the `COMMIT` in one
 /// pipeline (one round trip). A writer killed mid-group leaves nothing half-written: the server
-/// rolls back. A writer host lost mid-group (no socket closed) holds the lock until the server ends
+/// rolls back. A group whose connection dropped after its `COMMIT` was sent is looked up once its
+/// transaction has ended (``resolve(_:backoff:)``), never decided again while it may still commit. A writer host lost mid-group (no socket closed) holds the lock until the server ends
 /// its idle transaction (``idleInTransactionTimeout``) or TCP keepalive ends its session.
 ///
 /// Reads run in `REPEATABLE READ READ ONLY` transactions (one snapshot, never blocking or blocked by
@@ -56,6 +57,8 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
     private var changeLogReady = false
     /// Called in each write group between its snapshot reads and its lock (tests).
     var afterSnapshotReads: (() throws -> Void)?
+    /// Called in each write group once its `COMMIT` is sent, before the answer is read (tests).
+    var afterCommitSent: ((PostgresConnection) -> Void)?
     /// `ledger_changes` rows this engine's groups keep when they prune (``ChangeLog/kept``; tests make it small).
     var keptChanges = ChangeLog.kept
     /// Keys of write groups' snapshot reads found stale under the lock and read again, and the
@@ -168,6 +171,7 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
             }
             let access = PostgresAccess(connection: connection, store: url.description, writing: true)
             access.afterSnapshotReads = afterSnapshotReads
+            access.afterCommitSent = afterCommitSent
             access.keptChanges = keptChanges
             var value: T?
             do {
@@ -236,19 +240,48 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
     /// After the connection was lost while `COMMIT` was in flight: reconnects (within the backoff's
     /// window) and tells whether the group committed, by its last record's bytes (nil: it appended
     /// none, so it is simply run again).
+    ///
+    /// The lost group's transaction may still be running on the server: its backend may not have
+    /// read the `COMMIT` yet, or may be committing (flushing WAL, waiting for a synchronous standby,
+    /// running deferred triggers), its record not yet visible. Read then, the record would look
+    /// absent and the group would run again on a state that, a moment later, holds it: a command
+    /// whose key depends on the head (a support step) would be decided a second time, appended
+    /// twice or refused although it was done. So the record is read only once that transaction has
+    /// ended: `SELECT … FOR SHARE` on the head row conflicts with the row lock the group's
+    /// `UPDATE ledger_head` took (``ChangeLog/lockStatement``) and waits until that transaction
+    /// committed or rolled back; the read after it (`READ COMMITTED`: a new snapshot per
+    /// statement) sees the outcome. One statement, and no polling of `txid_status` with the lock's
+    /// transaction id. The wait is bounded as every writer's lock is: a transaction whose session
+    /// went idle is ended by the server (``idleInTransactionTimeout``, TCP keepalives); the share
+    /// lock itself is held only for the read, and takes no generation (it writes nothing, so the
+    /// guard on the data tables, `ledger_require_generation`, does not apply).
     private func resolve(_ access: PostgresAccess, backoff: inout Backoff) throws -> Bool? {
         guard let last = access.lastAppended else { return nil }
         while true {
             do {
                 let connection = try connectedWriter()
-                let rows = try connection.query("SELECT record FROM ledger_log WHERE sequence = $1", [.int64(Int64(last.sequence))])
-                return rows.bytes(0, 0) == last.bytes
+                var committed = false
+                try inTransaction(connection) {
+                    try connection.query(Self.awaitHeadLockStatement)
+                    let rows = try connection.query("SELECT record FROM ledger_log WHERE sequence = $1", [.int64(Int64(last.sequence))])
+                    committed = rows.bytes(0, 0) == last.bytes
+                }
+                return committed
             } catch let error as PostgresError where error.connectionLost {
                 writer = nil
                 try backoff.wait(after: error, store: url.description)
+            } catch let error as PostgresError where error.sqlState == "55P03" || error.sqlState == "57014" {
+                // A `lock_timeout` or `statement_timeout` of the role or database ended the wait: wait
+                // again, within the window (after it, the outcome is unknown: "unavailable").
+                try backoff.wait(after: error, store: url.description)
+            } catch {
+                throw mapped(error)
             }
         }
     }
+
+    /// Waits for the transaction holding the head row's lock, if any, to end (``resolve(_:backoff:)``).
+    static let awaitHeadLockStatement = "SELECT 1 FROM ledger_head FOR SHARE"
 
     private func isConnectionLoss(_ error: any Error) -> Bool {
         (error as? PostgresError)?.connectionLost == true

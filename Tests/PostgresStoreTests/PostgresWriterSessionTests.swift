@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCrypto
 import LedgerTestSupport
 import OwnershipLedger
 import Testing
@@ -130,5 +131,55 @@ import Testing
         #expect(
             Fixtures.object(SubmitProtocol(ledger: ledger, trustDecoded: true).respond(to: purchase("ann", "7201")))["decision"] as? String
                 == "granted")
+    }
+
+    /// A group's connection drops right after its `COMMIT` was sent, while the server is still
+    /// committing it (a deferred trigger sleeps a second in the commit, as a synchronous standby
+    /// would keep it waiting; the server finishes the commit without its client). The writer waits
+    /// for that transaction to end before reading whether it committed: a support step (whose
+    /// command key depends on the head) is done once and reported done, not refused as a second
+    /// attempt, and a submit is answered once, not as a duplicate of itself; one record each.
+    @Test func aCommitStillRunningWhenTheConnectionDropsIsResolvedOnce() throws {
+        let directory = TemporaryDirectory("ledger-pg-lost-commit")
+        defer { directory.remove() }
+        let location = try TestStore.postgres.location(in: directory)
+        guard case .postgres(let url, _, _) = location else {
+            Issue.record("not a PostgreSQL store")
+            return
+        }
+        let ledger = try Ledger.initialize(at: location, configuration: Fixtures.configuration, clock: Fixtures.clock)
+        let engine = try #require(ledger.store.engine as? PostgresEngine)
+        let database = try #require(url.connectionString.split(separator: "?").first?.split(separator: "/").last.map(String.init))
+        let cluster = try PostgresCluster.shared()
+        try cluster.sql(
+            """
+            CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_sleep(1); RETURN NULL; END$$;
+            CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON ledger_log DEFERRABLE INITIALLY DEFERRED
+                FOR EACH ROW EXECUTE FUNCTION slow_commit();
+            """, database: database)
+        // Each group's first COMMIT is cut off: the client's socket shut down once it is sent.
+        var commitsSent = 0
+        engine.afterCommitSent = { connection in
+            commitsSent += 1
+            if commitsSent == 1 { connection.dropSocket() }
+        }
+        let start = try ledger.store.head().sequence
+
+        let root = try Ed25519PrivateKey.generate()
+        try ledger.enrollFirstAdministrator("root", publicKey: root.publicKey)
+        #expect(commitsSent == 1, "the group was not run again")
+        #expect(try ledger.store.head().sequence == start + 1)
+
+        commitsSent = 0
+        let answer = Fixtures.object(SubmitProtocol(ledger: ledger, trustDecoded: true).respond(to: purchase("alice", "7301")))
+        #expect(answer["decision"] as? String == "granted", "\(answer)")
+        #expect(answer["duplicate"] == nil, "\(answer)")
+        #expect(commitsSent == 1, "the group was not run again")
+        #expect(try ledger.store.head().sequence == start + 2)
+
+        engine.afterCommitSent = nil
+        try cluster.sql("DROP TRIGGER slow_commit ON ledger_log; DROP FUNCTION slow_commit()", database: database)
+        #expect(try ledger.binding(originalTransactionId: "7301").uid == "alice")
+        #expect(try ledger.store.replay().isIntact)
     }
 }
