@@ -273,6 +273,10 @@ public struct SubmitProtocol: Sendable {
         guard let uid = object["account"]?.string, !uid.isEmpty, uid.utf8.count <= 256 else {
             throw ProtocolError("account (the authenticated Firebase UID, 1–256 bytes) is missing or not a string")
         }
+        // No Firebase UID holds one, and no query (`ledger account --uid`) could name it.
+        guard !uid.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+            throw ProtocolError("account contains a control character (U+0000–U+001F or U+007F); a Firebase UID never does")
+        }
         return uid
     }
 

@@ -75,6 +75,21 @@ import Testing
         #expect(try LedgerBinary.run(["log", "--store", store]).status == 0)
     }
 
+    /// A UID with a control character (which no Firebase UID has, and no `ledger account --uid`
+    /// could name) is refused naming the field, and appends nothing.
+    @Test func anAccountWithAControlCharacterIsRefused() throws {
+        defer { directory.remove() }
+        try initStore()
+        for uid in ["uid-\u{0}a", "uid\u{1F}", "tab\there", "del\u{7F}"] {
+            let line = Fixtures.line(["type": "purchase", "account": uid, "transaction": Fixtures.transaction("4242", at: t), "at": t])
+            let result = try LedgerBinary.run(["submit", "--trust-decoded", "--store", store], stdin: line + "\n")
+            let answer = Fixtures.object(result.lines.first ?? "")
+            #expect(answer["code"] as? String == "invalid-argument", "\(uid.debugDescription): \(answer)")
+            #expect((answer["message"] as? String)?.contains("control character") == true, "\(answer)")
+        }
+        #expect(try records() == 0)
+    }
+
     @Test func formattingAnyTimestampNeverTraps() {
         for time in [Int64.min, Int64.min + 1, -1, 0, Int64.max, 253_402_300_799_999] {
             #expect(!LedgerTime.format(time).isEmpty)
