@@ -89,6 +89,20 @@ public final class RawConnection: @unchecked Sendable {
         return true
     }
 
+    /// The answer to `request` (which should ask to close) on a new connection to `port`, tried
+    /// again while connections are refused unanswered (the server still freeing closed slots)
+    /// for up to `within` seconds.
+    public static func answer(to request: String, port: UInt16, within: Double) throws -> String {
+        let deadline = Date().addingTimeInterval(within)
+        while true {
+            let connection = try RawConnection(port: port)
+            connection.send(request)
+            let answer = connection.readUntilClosed(timeout: 20).text
+            if !answer.isEmpty || Date() >= deadline { return answer }
+            usleep(100_000)
+        }
+    }
+
     /// Everything received until the server closes the connection or `timeout` seconds pass;
     /// `closed` tells which.
     public func readUntilClosed(timeout: Double) -> (text: String, closed: Bool) {
