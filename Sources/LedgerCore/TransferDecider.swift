@@ -288,10 +288,10 @@ public enum TransferDecider {
     ///
     /// - Parameters:
     ///   - applier: who runs the apply, with their signature; nil for a dry run (the applier checks are left out).
-    ///   - currentVersion: the lineage's version now; the request itself is one event on the lineage,
-    ///     so an unchanged lineage is at `plan.lineageVersion + 1`.
+    ///   - changesSinceRequest: how many records changed the lineage after the request's record
+    ///     (nil: the request is not among its records); the plan is fresh while none did.
     public static func apply(
-        caseId: String, applier: Applier?, facts: SignatureFacts, currentVersion: UInt64, state: LedgerState
+        caseId: String, applier: Applier?, facts: SignatureFacts, changesSinceRequest: UInt64?, state: LedgerState
     ) -> Outcome {
         var checks: [Check] = []
         let staff = applier?.staff ?? ""
@@ -329,14 +329,13 @@ public enum TransferDecider {
             case (.bound(let a), .bound(let b)), (.tombstoned(let a), .tombstoned(let b)): a == b
             default: false
             }
-        let expected = plan.lineageVersion + 1
-        let fresh = currentVersion == expected && sourceHolds
+        let fresh = changesSinceRequest == 0 && sourceHolds
         checks.append(
             Check(
                 name: "plan-not-stale", passed: fresh,
                 detail: fresh
                     ? "the lineage has not changed since the plan was signed"
-                    : "the plan is stale: the lineage changed after it was signed (version \(currentVersion), signed at \(plan.lineageVersion)); open a new case"
+                    : "the plan is stale: the lineage changed after it was signed (\(changesSinceRequest.map { "\($0) changing record(s) since the request" } ?? "its request is not in the lineage's history")); open a new case"
             ))
         if let applier {
             let authorised = isApplier(applier.staff, state: state)

@@ -262,6 +262,9 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
                 let connection = try connectedWriter()
                 var committed = false
                 try inTransaction(connection) {
+                    // Bounded by the reconnect window: a COMMIT stuck on the server (a synchronous
+                    // standby that never answers) is not idle, so no idle timeout ends it.
+                    try connection.query("SELECT set_config('lock_timeout', $1, true)", [.text("\(backoff.remainingMilliseconds)ms")])
                     try connection.query(Self.awaitHeadLockStatement)
                     let rows = try connection.query("SELECT record FROM ledger_log WHERE sequence = $1", [.int64(Int64(last.sequence))])
                     committed = rows.bytes(0, 0) == last.bytes
@@ -365,6 +368,9 @@ struct Backoff {
     init(window: Double) { deadline = Self.now() + window }
 
     static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+    /// What is left of the window, in whole milliseconds (at least 1).
+    var remainingMilliseconds: Int { max(1, Int((deadline - Self.now()) * 1000)) }
 
     mutating func wait(after error: any Error, store: String) throws {
         let remaining = deadline - Self.now()

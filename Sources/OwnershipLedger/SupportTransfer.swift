@@ -369,10 +369,10 @@ extension Ledger {
         return try reviewStep { group in
             let state = try loadCase(caseId, in: &group)
             var result = try describe(caseId, state: state, group: group, step: "dry-run")
-            let version = try result.plan.map { try group.lineageVersion($0.lineage) } ?? 0
+            let changes = try result.plan.flatMap { try group.changes(of: $0.lineage, sinceRequestOf: caseId) }
             let decided = TransferDecider.apply(
                 caseId: caseId, applier: nil, facts: try Self.signatureFacts(state.transfers[caseId], state: state),
-                currentVersion: version, state: state)
+                changesSinceRequest: changes, state: state)
             result.checks = decided.checks
             return result
         }
@@ -390,7 +390,7 @@ extension Ledger {
         return try supportStep { group in
             let state = try loadCase(caseId, in: &group)
             var result = try describe(caseId, state: state, group: group, step: "apply")
-            let version = try result.plan.map { try group.lineageVersion($0.lineage) } ?? 0
+            let changes = try result.plan.flatMap { try group.changes(of: $0.lineage, sinceRequestOf: caseId) }
             let message = TransferApplied.signedMessage(caseId: caseId, planDigest: result.planDigest ?? .zero, appliedBy: staff)
             let signature = try key.sign(message)
             let applier = TransferDecider.Applier(
@@ -398,7 +398,7 @@ extension Ledger {
                 signatureValid: try Self.verifies(signature, message, key: state.staff[staff]?.publicKey))
             let decided = TransferDecider.apply(
                 caseId: caseId, applier: applier, facts: try Self.signatureFacts(state.transfers[caseId], state: state),
-                currentVersion: version, state: state)
+                changesSinceRequest: changes, state: state)
             result.checks = decided.checks
             result.effects = decided.accepted ? decided.events : []
             (result.appended, result.sequences) = try commit(decided.events, step: "apply|\(caseId)|\(staff)", at: at, in: &group)

@@ -180,24 +180,50 @@ struct WriteGroup {
     }
 
     /// The version a transfer plan states: the number of the lineage's records that changed its
-    /// binding or entitlement or requested a transfer of it, plus the group's own records. Attempts
-    /// that changed nothing (a denied restore, a replayed transaction, a notification recording
-    /// nothing) and approvals and refusals do not count, so nobody holding a transaction can make
-    /// a plan stale without changing the subscription.
+    /// binding or entitlement or requested a transfer of it (``forEachRecord(of:_:)``), plus the
+    /// group's own records.
     func lineageVersion(_ lineage: LineageKey) throws -> UInt64 {
         var version = appendedOnLineage[lineage] ?? 0
+        try forEachRecord(of: lineage) { _, changed in if changed { version += 1 } }
+        return version
+    }
+
+    /// How many of the lineage's records after case `caseId`'s request changed it (as
+    /// ``lineageVersion(_:)`` counts): the plan is fresh while none did. Judged from the request's
+    /// place in the log, not from the version the plan states, so a plan stated under an earlier
+    /// counting rule is judged the same way. Nil when the lineage holds no such request.
+    func changes(of lineage: LineageKey, sinceRequestOf caseId: String) throws -> UInt64? {
+        var requested = false
+        var changes: UInt64 = 0
+        try forEachRecord(of: lineage) { record, changed in
+            if requested {
+                if changed { changes += 1 }
+            } else {
+                requested = record.events.contains { event in
+                    if case .transferRequested(let request) = event { request.plan.caseId == caseId } else { false }
+                }
+            }
+        }
+        return requested ? changes : nil
+    }
+
+    /// Visits the lineage's records in order, each with whether it changed the lineage: its binding
+    /// or entitlement, or a transfer of it requested. Attempts that changed nothing (a denied restore,
+    /// a replayed transaction, a notification recording nothing) and approvals and refusals do not
+    /// count, so nobody holding a transaction can make a plan stale without changing the subscription.
+    private func forEachRecord(of lineage: LineageKey, _ body: (Record, Bool) -> Void) throws {
         var state: LineageState?
         for sequence in try reader.sequences(ofLineage: lineage, through: reader.head().sequence) {
             guard let bytes = try reader.record(sequence) else { throw LedgerStoreError.corrupt("record \(sequence) is missing from the log") }
+            let record = try RecordCodec.decode(bytes, sequence: sequence)
             let before = state
             var requested = false
-            for event in try RecordCodec.decode(bytes, sequence: sequence).events {
+            for event in record.events {
                 if case .transferRequested(let request) = event, request.plan.lineage == lineage { requested = true }
                 if StateProjection.changedLineage(event) == lineage { StateProjection.evolve(lineage: &state, event) }
             }
-            if requested || state != before { version += 1 }
+            body(record, requested || state != before)
         }
-        return version
     }
 
     /// A transfer approval or refusal: on a lineage's index, but it changes nothing there.

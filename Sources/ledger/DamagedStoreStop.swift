@@ -2,15 +2,21 @@ import Foundation
 
 /// LMDB reads `data.mdb` through a memory map and trusts its pages, which carry no checksums: a
 /// page damaged on disk can make it read outside the map (SIGBUS, SIGSEGV) or fail one of its own
-/// assertions (SIGABRT). ``install()`` makes such a stop a store error (exit 3) that says so, instead
-/// of a crash report. The message is made before any signal can arrive: the handler only writes it.
+/// assertions (SIGABRT). ``install(arguments:)`` makes such a stop a store error (exit 3) that says
+/// so, instead of a crash report, for commands on a store directory (a PostgreSQL store has no
+/// data.mdb: there a crash stays a crash). The same signals from a bug look alike, so the message
+/// sends the operator to `verify` before any restore. The message is made before any signal can
+/// arrive: the handler only writes it.
 enum DamagedStoreStop {
-    static func install() {
+    static func install(arguments: [String]) {
+        let stores = arguments + [ProcessInfo.processInfo.environment["LEDGER_STORE"] ?? ""]
+        guard !stores.contains(where: { $0.hasPrefix("postgres://") || $0.hasPrefix("postgresql://") }) else { return }
         for (signal, name) in [(SIGBUS, "SIGBUS"), (SIGSEGV, "SIGSEGV"), (SIGABRT, "SIGABRT")] {
             let text =
                 "error: ledger stopped on \(name) while reading the store: its data.mdb is most likely damaged (LMDB trusts its "
-                + "pages, which carry no checksums) or was changed while in use. Restore it from a backup (`ledger restore`, "
-                + "docs/operations.md). If data.mdb is intact, this is a bug in ledger: please report it.\n"
+                + "pages, which carry no checksums) or was changed while in use. Run `ledger verify` on it; if it reports the "
+                + "store damaged (exit 1 or 3), restore it from a backup (`ledger restore`, docs/operations.md). If data.mdb is "
+                + "intact, this is a bug in ledger: please report it with the command line.\n"
             let message = strdup(text)
             switch signal {
             case SIGBUS: busMessage = message

@@ -3,8 +3,8 @@ import LedgerCrypto
 import LedgerStore
 
 let console = Console()
-DamagedStoreStop.install()
 var argv = Array(CommandLine.arguments.dropFirst())
+DamagedStoreStop.install(arguments: argv)
 guard let name = argv.first, !["--help", "-h", "help"].contains(name) else {
     console.out(overview())
     exit(argv.isEmpty ? ExitCode.usage.rawValue : 0)

@@ -270,6 +270,28 @@ import Testing
         #expect(try ledger.binding(originalTransactionId: "1001").uid == "bob")
     }
 
+    /// Staleness is judged from the request's place in the log, not from the version its plan states:
+    /// a plan stated under the earlier rule (which also counted attempts that changed nothing, so it
+    /// states a higher version) is still refused after a renewal.
+    @Test func aPlanStatingAnotherVersionIsStaleAfterARenewal() throws {
+        defer { directory.remove() }
+        let request = try requested()
+        let plan = try #require(request.plan)
+        // A second case's plan as an earlier build would have stated it: the lineage's two records
+        // (the purchase, case C-1's request) and one denied restore, which that build also counted.
+        var earlier = plan
+        earlier.caseId = "C-earlier"
+        earlier.lineageVersion = plan.lineageVersion + 2
+        let digest = try Ledger.digest(of: earlier)
+        let signature = try olivia.sign(digest.bytes)
+        let earlierRequest = TransferRequested(plan: earlier, planDigest: digest, requestedBy: "olivia", signature: signature)
+        try appendRaw([.transferRequested(earlierRequest)], at: t + day)
+        #expect(try ledger.approveReviewed(caseId: "C-earlier", approver: "adam", key: adam, at: t + 2 * day).accepted)
+        purchase("alice", "1001", at: t + 2 * day, type: "renewal", tid: "10010002")
+        let review = try ledger.reviewTransfer(caseId: "C-earlier")
+        #expect(review.checks.first { $0.name == "plan-not-stale" }?.passed == false, "\(review.checks)")
+    }
+
     @Test func targetCannotBeAStaffMembersOwnAccount() throws {
         defer { directory.remove() }
         purchase("alice", "1001", at: t)
