@@ -53,8 +53,9 @@ public struct LineageState: Equatable, Sendable {
         return entitlement.map { $0.endedBecause == .transferred } ?? true
     }
 
-    /// The entitlement the lineage gives: none while it ``awaitsRestore``.
-    public var visibleEntitlement: Entitlement? { awaitsRestore ? nil : entitlement }
+    /// The entitlement the lineage gives, as views show it: none while it ``awaitsRestore``, nor the
+    /// one a transfer kept (also after the target's deletion tombstoned it before any restore).
+    public var visibleEntitlement: Entitlement? { entitlement?.endedBecause == .transferred ? nil : entitlement }
 
     /// The entitlement when it is active at `time` and its account is the bound account.
     public func activeEntitlement(at time: Timestamp) -> Entitlement? {

@@ -220,6 +220,18 @@ import Testing
         try expectIntact()
     }
 
+    /// The entitlement a transfer kept is never shown as the lineage's, also once the target's
+    /// deletion has tombstoned the lineage before any restore.
+    @Test func theEntitlementATransferKeptIsNotShownAfterTheTargetsDeletion() throws {
+        defer { directory.remove() }
+        try transferred()
+        #expect(send(["type": "delete-account", "account": "bob", "at": t + 4 * day])["decision"] as? String == "recorded")
+        let binding = try ledger.binding(originalTransactionId: "1001")
+        #expect(binding.state == "tombstoned")
+        #expect(binding.entitlement == nil)
+        try expectIntact()
+    }
+
     @Test func aRefundWhileAwaitingRestoreRefusesAnotherTransferOfTheLineage() throws {
         defer { directory.remove() }
         try transferred()
