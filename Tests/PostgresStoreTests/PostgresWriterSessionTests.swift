@@ -17,6 +17,24 @@ import Testing
 
     final class Outcome: @unchecked Sendable { var error: (any Error)? }
 
+    /// A new ledger in its own database of the test cluster: its location, URL, ledger and engine.
+    struct Fresh {
+        let location: StoreLocation
+        let url: PostgresURL
+        let ledger: Ledger
+        let engine: PostgresEngine
+        /// The database's name, for `ALTER DATABASE` and triggers.
+        var database: String? { url.connectionString.split(separator: "?").first?.split(separator: "/").last.map(String.init) }
+
+        init(in directory: TemporaryDirectory) throws {
+            location = try TestStore.postgres.location(in: directory)
+            guard case .postgres(let url, _, _) = location else { throw POSIXError(.EINVAL) }
+            self.url = url
+            ledger = try Ledger.initialize(at: location, configuration: Fixtures.configuration, clock: Fixtures.clock)
+            engine = try #require(ledger.store.engine as? PostgresEngine)
+        }
+    }
+
     /// With `default_transaction_isolation = 'serializable'` on the database, a group whose head
     /// lock waits for another writer's group still decides (its transaction is `READ COMMITTED`:
     /// under `REPEATABLE READ` or `SERIALIZABLE` the lock failed with 40001), and so do two writers
@@ -24,15 +42,10 @@ import Testing
     @Test func writeGroupsReadCommittedWhateverTheDatabaseDefault() throws {
         let directory = TemporaryDirectory("ledger-pg-serializable")
         defer { directory.remove() }
-        let location = try TestStore.postgres.location(in: directory)
-        guard case .postgres(let url, _, _) = location else {
-            Issue.record("not a PostgreSQL store")
-            return
-        }
-        let first = try Ledger.initialize(at: location, configuration: Fixtures.configuration, clock: Fixtures.clock)
-        let database = try #require(url.connectionString.split(separator: "?").first?.split(separator: "/").last.map(String.init))
+        let fresh = try Fresh(in: directory)
+        let (location, first, engine) = (fresh.location, fresh.ledger, fresh.engine)
+        let database = try #require(fresh.database)
         try PostgresCluster.shared().sql("ALTER DATABASE \(database) SET default_transaction_isolation = 'serializable'")
-        let engine = try #require(first.store.engine as? PostgresEngine)
         engine.closeConnections()  // new sessions take the database's setting
         let second = try Ledger(opening: location, clock: Fixtures.clock)
         let other = try #require(second.store.engine as? PostgresEngine)
@@ -94,13 +107,8 @@ import Testing
     @Test func writerSessionsEndIdleTransactionsAndProbeTheirPeer() throws {
         let directory = TemporaryDirectory("ledger-pg-keepalive")
         defer { directory.remove() }
-        let location = try TestStore.postgres.location(in: directory)
-        guard case .postgres(let url, _, _) = location else {
-            Issue.record("not a PostgreSQL store")
-            return
-        }
-        let ledger = try Ledger.initialize(at: location, configuration: Fixtures.configuration, clock: Fixtures.clock)
-        let engine = try #require(ledger.store.engine as? PostgresEngine)
+        let fresh = try Fresh(in: directory)
+        let (url, ledger, engine) = (fresh.url, fresh.ledger, fresh.engine)
         func show(_ engine: PostgresEngine, _ setting: String) throws -> String? {
             try engine.withWriter { try $0.query("SHOW \(setting)").bytes(0, 0).map { String(decoding: $0, as: UTF8.self) } }
         }
@@ -142,14 +150,9 @@ import Testing
     @Test func aCommitStillRunningWhenTheConnectionDropsIsResolvedOnce() throws {
         let directory = TemporaryDirectory("ledger-pg-lost-commit")
         defer { directory.remove() }
-        let location = try TestStore.postgres.location(in: directory)
-        guard case .postgres(let url, _, _) = location else {
-            Issue.record("not a PostgreSQL store")
-            return
-        }
-        let ledger = try Ledger.initialize(at: location, configuration: Fixtures.configuration, clock: Fixtures.clock)
-        let engine = try #require(ledger.store.engine as? PostgresEngine)
-        let database = try #require(url.connectionString.split(separator: "?").first?.split(separator: "/").last.map(String.init))
+        let fresh = try Fresh(in: directory)
+        let (ledger, engine) = (fresh.ledger, fresh.engine)
+        let database = try #require(fresh.database)
         let cluster = try PostgresCluster.shared()
         try cluster.sql(
             """
