@@ -132,6 +132,14 @@ import Testing
         let cluster = try PostgresCluster.shared()
         let options = try initStore(directory)
         let database = String(options[1].split(separator: "?")[0].dropFirst("postgresql:///".count))
+        // Every 1,000th record's insert lingers 150 ms, its transaction written and not committed,
+        // so the poll below finds the writer there however fast the rest of the run goes (in CI it
+        // once finished before the first poll).
+        try cluster.sql(
+            """
+            CREATE FUNCTION linger() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_sleep(0.15); RETURN NULL; END$$;
+            CREATE TRIGGER linger AFTER INSERT ON ledger_log FOR EACH ROW WHEN (NEW.sequence % 1000 = 0) EXECUTE FUNCTION linger();
+            """, database: database)
         let lines = (0..<12_000).map { purchase("uid-\($0)", String(6_000_000 + $0), id: "\($0)") }.joined(separator: "\n")
         for _ in 0..<2 {
             let running = try LedgerBinary.start(["submit", "--trust-decoded"] + options, stdinData: Data(lines.utf8))
