@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCore
 import LedgerTestSupport
 import OwnershipLedger
 import Testing
@@ -9,6 +10,20 @@ import Testing
 /// under the lock against `ledger_changes` (``ChangeLog``): here another writer commits between the
 /// two, deterministically, through the engine's hook.
 @Suite struct PostgresSnapshotReadTests {
+    /// The change log's fingerprints are part of the storage format (docs/storage-format.md gives the
+    /// functions): known answers, computed from the documented formulas by an independent script,
+    /// so that a change of them cannot pass unnoticed.
+    @Test func theFingerprintsAreTheDocumentedFunctions() {
+        let counting = Key128(high: 0x0001_0203_0405_0607, low: 0x0809_0a0b_0c0d_0e0f)
+        let high = Key128(high: 0xf0f1_f2f3_f4f5_f6f7, low: 0xf8f9_fafb_fcfd_feff)
+        #expect(ChangeLog.fingerprint(command: counting) == 0x20a1_db62_254d_7570)
+        #expect(ChangeLog.fingerprint(vaultKey: counting) == 0xdd2a_0176_0d2c_bb2f)
+        #expect(ChangeLog.fingerprint(vaultKey: high) == 0x5b69_6b99_2a34_ed64)
+        #expect(ChangeLog.fingerprint(readModel: [UInt8(ascii: "L")] + Array(16..<32)) == 0x5d36_c43b_7785_ec70)
+        #expect(ChangeLog.fingerprint(readModel: []) == 0xf9d3_6c3e_21c7_c005)
+        #expect(ChangeLog.fingerprint(readModel: Array("Sroot".utf8)) == 0x8a96_b32a_58d8_82fb)
+    }
+
     let t = Fixtures.start
 
     func purchase(_ uid: String, _ otid: String) -> String {
