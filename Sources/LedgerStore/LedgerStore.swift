@@ -91,6 +91,9 @@ public final class LedgerStore: @unchecked Sendable {
     /// is refused. Throws when `directory` already holds a store, complete or not.
     private static func lockForCreating(_ directory: URL) throws -> StoreLock {
         if let detail = try interruptedInit(in: directory) {
+            // `.partial` files of an init still running are its own: the process creating the store
+            // holds the lock (busy), else they are left over from one that was interrupted.
+            _ = try StoreLock(directory: directory, mode: .exclusive, busy: .storeBusy(directory: directory.path))
             throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
         }
         let dataFile = directory.appendingPathComponent("data.mdb").path
