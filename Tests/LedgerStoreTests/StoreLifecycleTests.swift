@@ -183,6 +183,29 @@ import Testing
         #expect(again.stderr.contains("already holds a ledger"), "\(again.stderr)")
         #expect(try store.head().sequence == 0)
     }
+
+    /// Key files written as `.partial` by an init still running (which holds the store's lock) make a
+    /// second init "busy", not "interrupted" (seen once in 15 concurrent inits); once no process holds
+    /// the lock, the same files are an interrupted init.
+    @Test func partialKeyFilesOfAnInitStillRunningAreBusyNotInterrupted() throws {
+        let directory = TemporaryDirectory("ledger-init-race")
+        defer { directory.remove() }
+        let storeURL = directory.path("store")
+        try FileManager.default.createDirectory(at: storeURL, withIntermediateDirectories: true)
+        try Data("partial".utf8).write(to: storeURL.appendingPathComponent("ledger.key.partial"))
+        do {
+            let creating = try StoreLock(directory: storeURL, mode: .exclusive, busy: .storeBusy(directory: storeURL.path))
+            #expect(throws: LedgerStoreError.storeBusy(directory: storeURL.path)) {
+                _ = try LedgerStore.create(at: storeURL, configuration: [])
+            }
+            withExtendedLifetime(creating) {}
+        }
+        #expect {
+            _ = try LedgerStore.create(at: storeURL, configuration: [])
+        } throws: { error in
+            if case LedgerStoreError.incompleteInit = error { true } else { false }
+        }
+    }
 }
 
 /// `compact` rewrites data.mdb with live pages only, and only when nobody else has the store open.
@@ -354,29 +377,6 @@ import Testing
         #expect(try Ledger(opening: storeURL).binding(originalTransactionId: "1").uid == "alice")
         #expect(throws: LedgerStoreError.notInitialized(directory: directory.path("nothing").path)) {
             try LedgerStore.compact(at: directory.path("nothing"))
-        }
-    }
-
-    /// Key files written as `.partial` by an init still running (which holds the store's lock) make a
-    /// second init "busy", not "interrupted" (seen once in 15 concurrent inits); once no process holds
-    /// the lock, the same files are an interrupted init.
-    @Test func partialKeyFilesOfAnInitStillRunningAreBusyNotInterrupted() throws {
-        let directory = TemporaryDirectory("ledger-init-race")
-        defer { directory.remove() }
-        let storeURL = directory.path("store")
-        try FileManager.default.createDirectory(at: storeURL, withIntermediateDirectories: true)
-        try Data("partial".utf8).write(to: storeURL.appendingPathComponent("ledger.key.partial"))
-        do {
-            let creating = try StoreLock(directory: storeURL, mode: .exclusive, busy: .storeBusy(directory: storeURL.path))
-            #expect(throws: LedgerStoreError.storeBusy(directory: storeURL.path)) {
-                _ = try LedgerStore.create(at: storeURL, configuration: [])
-            }
-            withExtendedLifetime(creating) {}
-        }
-        #expect {
-            _ = try LedgerStore.create(at: storeURL, configuration: [])
-        } throws: { error in
-            if case LedgerStoreError.incompleteInit = error { true } else { false }
         }
     }
 }
