@@ -11,11 +11,14 @@ public enum LedgerTime {
     public static let supportedRange: ClosedRange<Timestamp> = 0...253_402_300_799_999
 
     /// Parses `2026-11-29T12:00:00Z`, `2026-11-29T12:00:00.250Z`, `2026-11-29T13:00:00+01:00` or
-    /// `1764417600000`; nil otherwise.
+    /// `1764417600000` (digits only, no sign, no leading zero, no surrounding space), within
+    /// ``supportedRange``; a second of 60 only where UTC has its leap seconds, at 23:59:60; nil otherwise.
     public static func parse(_ text: String) -> Timestamp? {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        if let ms = Int64(trimmed) { return supportedRange.contains(ms) ? ms : nil }
-        let c = Array(trimmed.utf8)
+        let c = Array(text.utf8)
+        if !c.isEmpty, c.allSatisfy({ (48...57).contains($0) }) {
+            guard c.count == 1 || c[0] != 48, let ms = Int64(text) else { return nil }
+            return supportedRange.contains(ms) ? ms : nil
+        }
         func number(_ range: Range<Int>) -> Int64? {
             guard range.upperBound <= c.count else { return nil }
             var value: Int64 = 0
@@ -55,6 +58,10 @@ public enum LedgerTime {
             offset = (hours * 60 + minutes) * 60_000 * (c[index] == 0x2B ? 1 : -1)
         default:
             return nil
+        }
+        if second == 60 {
+            let utcMinute = ((hour * 60 + minute) * 60_000 - offset) % millisecondsPerDay
+            guard (utcMinute + millisecondsPerDay) % millisecondsPerDay == 86_340_000 else { return nil }
         }
         let days = daysFromCivil(year: year, month: month, day: day)
         let time = days * millisecondsPerDay + ((hour * 60 + minute) * 60 + second) * 1000 + fraction - offset

@@ -186,7 +186,9 @@ struct Arguments {
     func time(_ name: String) throws -> Int64? {
         guard let text = value(name) else { return nil }
         guard let time = LedgerTime.parse(text) else {
-            throw CLIError.usage("--\(name) \(text) is not ISO-8601 (2026-11-29T12:00:00Z) or milliseconds since the epoch")
+            throw CLIError.usage(
+                "--\(name) \(text) is not a time the ledger accepts: ISO-8601 (2026-11-29T12:00:00Z) or milliseconds since the epoch "
+                    + "(digits only), from 1970-01-01T00:00:00Z through 9999-12-31T23:59:59.999Z")
         }
         return time
     }
