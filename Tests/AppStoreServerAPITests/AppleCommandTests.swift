@@ -119,7 +119,7 @@ import Testing
         result = try LedgerBinary.run(["apple", "notifications", "backfill"] + cli.api())
         #expect(result.status == 2 && result.stderr.contains("--since is required"))
         result = try LedgerBinary.run(["apple", "notifications", "backfill", "--since", "yesterday"] + cli.api())
-        #expect(result.status == 2 && result.stderr.contains("--since yesterday is not ISO-8601"))
+        #expect(result.status == 2 && result.stderr.contains("--since yesterday is not a time the ledger accepts"))
         result = try LedgerBinary.run(["apple", "history", "--original-transaction-id", "12ab"] + cli.api())
         #expect(result.status == 2 && result.stderr.contains("1 to 20 decimal digits"))
         result = try LedgerBinary.run(["apple", "history", "--original-transaction-id", Self.otid, "--since", "1"] + cli.api())
