@@ -131,6 +131,7 @@ struct KeyBuffer {
         append(key.low)
     }
 
+    @discardableResult
     func with<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         var copy = storage
         return try withUnsafeBytes(of: &copy) { try body(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
@@ -496,6 +497,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     /// The LMDB key and value of an entry.
+    @discardableResult
     static func withKeyValue<R>(_ entry: IndexEntry, _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         switch entry {
         case .command(let key, let sequence):
@@ -789,7 +791,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     func putMeta(_ key: [UInt8], _ value: [UInt8]) throws {
-        try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try txn.put(db.meta, k, v) } }
+        try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in _ = try txn.put(db.meta, k, v) } }
     }
 
     func remove(_ entries: [IndexEntry]) throws {
@@ -807,13 +809,13 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     func removeReadModels(_ keys: [[UInt8]]) throws {
-        for key in keys { try key.withUnsafeBytes { k in try txn.delete(db.readModels, k) } }
+        for key in keys { try key.withUnsafeBytes { k in _ = try txn.delete(db.readModels, k) } }
     }
 
     func putReadModels(_ entries: [([UInt8], [UInt8])]) throws {
         for (key, value) in entries {
             let stored = try storedReadModel(key: key, value: value)
-            try key.withUnsafeBytes { k in try stored.withUnsafeBytes { v in try txn.put(db.readModels, k, v) } }
+            try key.withUnsafeBytes { k in try stored.withUnsafeBytes { v in _ = try txn.put(db.readModels, k, v) } }
         }
     }
 }
