@@ -45,13 +45,15 @@ public final class HTTPServer: Sendable {
         /// The whole body must arrive within this many seconds of the headers; a slower client is
         /// disconnected.
         public var bodyTimeoutSeconds: Double
+        /// Told of every connection the server itself closes before an answer (for metrics).
+        public var onConnectionRefused: (@Sendable (ConnectionRefusal) -> Void)?
 
         public init(
             host: String = "127.0.0.1", port: UInt16 = 0, tls: TLS? = nil,
             threads: Int = max(2, ProcessInfo.processInfo.activeProcessorCount), maximumBodyBytes: Int = 1 << 20,
             bodyLimit: (@Sendable (HTTPRequest) -> Int)? = nil, connectionMemoryBytes: Int = 32 << 10, maximumConnections: Int = 1024,
             maximumConnectionsPerAddress: Int = 128, idleTimeoutSeconds: Int = 30, headerTimeoutSeconds: Double = 10,
-            bodyTimeoutSeconds: Double = 30
+            bodyTimeoutSeconds: Double = 30, onConnectionRefused: (@Sendable (ConnectionRefusal) -> Void)? = nil
         ) {
             self.host = host
             self.port = port
@@ -65,7 +67,16 @@ public final class HTTPServer: Sendable {
             self.idleTimeoutSeconds = idleTimeoutSeconds
             self.headerTimeoutSeconds = headerTimeoutSeconds
             self.bodyTimeoutSeconds = bodyTimeoutSeconds
+            self.onConnectionRefused = onConnectionRefused
         }
+    }
+
+    /// Why the server closed a connection before answering it.
+    public enum ConnectionRefusal: String, Sendable {
+        /// Accepted while ``Configuration/maximumConnections`` were open.
+        case connectionLimit = "connection-limit"
+        /// Its request line and headers missed ``Configuration/headerTimeoutSeconds``.
+        case headerDeadline = "header-deadline"
     }
 
     /// A PEM certificate chain (leaf first) and its PEM private key.
@@ -365,7 +376,9 @@ final class ServerCore: @unchecked Sendable {
     /// Whether a connection just accepted may stay: fewer than ``HTTPServer/Configuration/maximumConnections``
     /// are open. libmicrohttpd closes one refused here at once.
     var hasRoomForConnection: Bool {
-        connectionLock.withLock { connections.count < max(1, configuration.maximumConnections) }
+        let room = connectionLock.withLock { connections.count < max(1, configuration.maximumConnections) }
+        if !room { configuration.onConnectionRefused?(.connectionLimit) }
+        return room
     }
 
     func connectionOpened(_ connection: OpaquePointer) {
@@ -404,6 +417,8 @@ final class ServerCore: @unchecked Sendable {
     func enforceHeaderDeadline() {
         let now = DispatchTime.now().uptimeNanoseconds
         let limit = UInt64(max(0.001, configuration.headerTimeoutSeconds) * 1e9)
+        var cuts = 0
+        defer { for _ in 0..<cuts { configuration.onConnectionRefused?(.headerDeadline) } }
         connectionLock.withLock {
             for (key, open) in connections where !open.cut {
                 var updated = open
@@ -418,6 +433,7 @@ final class ServerCore: @unchecked Sendable {
                 if let since = updated.awaitingHeadersSince, now &- since > limit {
                     _ = shutdown(open.socket, Int32(SHUT_RDWR))
                     updated.cut = true
+                    cuts += 1
                 }
                 connections[key] = updated
             }

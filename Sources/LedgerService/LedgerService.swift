@@ -100,6 +100,7 @@ public final class LedgerService: Sendable {
         // Only a caller with a service token may send a batch-sized body: nobody else can make the
         // server hold more than 256 KiB per connection.
         http.maximumBodyBytes = Self.maximumSingleBodyBytes
+        http.onConnectionRefused = { reason in metrics.connectionRefused(reason) }
         http.bodyLimit = { request in
             routes.isServiceCall(request) ? Self.maximumBatchBodyBytes : Self.maximumSingleBodyBytes
         }

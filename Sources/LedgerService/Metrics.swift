@@ -1,4 +1,5 @@
 import Foundation
+import HTTPServer
 import OwnershipLedger
 
 /// The service's counters, gauges and histograms, rendered in the Prometheus text format
@@ -31,6 +32,7 @@ final class Metrics: @unchecked Sendable {
     private var requestSeconds: [String: Histogram] = [:]
     private var decisions: [String: [String: Int]] = [:]
     private var tokenFailures: [String: Int] = [:]
+    private var refusedConnections: [String: Int] = [:]
     private var jwsFailures: [String: Int] = [:]
     private var keyRefreshes: [String: Int] = [:]
     private var backfillRuns: [String: Int] = [:]
@@ -59,6 +61,8 @@ final class Metrics: @unchecked Sendable {
             if Self.jwsCodes.contains(code) { jwsFailures[code, default: 0] += 1 }
         }
     }
+
+    func connectionRefused(_ reason: HTTPServer.ConnectionRefusal) { lock.withLock { refusedConnections[reason.rawValue, default: 0] += 1 } }
 
     func tokenFailure(_ code: String) { lock.withLock { tokenFailures[code, default: 0] += 1 } }
 
@@ -109,6 +113,10 @@ final class Metrics: @unchecked Sendable {
             header("ledger_http_request_seconds", "histogram", "From complete request headers to the end of the answer, by route.")
             for route in requestSeconds.keys.sorted() {
                 if let value = requestSeconds[route] { histogram("ledger_http_request_seconds", "route=\"\(route)\"", value) }
+            }
+            header("ledger_http_connections_refused_total", "counter", "Connections the server closed before answering, by reason.")
+            for reason in [HTTPServer.ConnectionRefusal.connectionLimit, .headerDeadline].map(\.rawValue) {
+                out += "ledger_http_connections_refused_total{reason=\"\(reason)\"} \(refusedConnections[reason, default: 0])\n"
             }
             header("ledger_decisions_total", "counter", "Answers given, by decision and code.")
             for decision in decisions.keys.sorted() {

@@ -143,8 +143,11 @@ import Testing
 
     @Test func slowHeadersAreCutOffAtTheHeaderDeadlineAndConnectionsOverTheLimitAreRefused() throws {
         // One server thread accepts connections in order, so the limit is reached exactly at the fourth.
+        let refusals = Collected<HTTPServer.ConnectionRefusal>()
         let server = try HTTPServer(
-            configuration: .init(threads: 1, maximumConnections: 4, maximumConnectionsPerAddress: 0, idleTimeoutSeconds: 30, headerTimeoutSeconds: 1),
+            configuration: .init(
+                threads: 1, maximumConnections: 4, maximumConnectionsPerAddress: 0, idleTimeoutSeconds: 30, headerTimeoutSeconds: 1,
+                onConnectionRefused: { refusals.add($0) }),
             respond: Self.echo)
         defer { server.shutdown() }
         // Four connections trickle header bytes, one every 150 ms for 30 s: never idle.
@@ -161,6 +164,9 @@ import Testing
             let end = connection.readUntilClosed(timeout: 20)
             #expect(end.closed && end.text.isEmpty, "a trickling header was not cut off")
         }
+        // Each closure was reported with its reason (for the service's metrics).
+        #expect(refusals.list.filter { $0 == .headerDeadline }.count == 4)
+        #expect(refusals.list.filter { $0 == .connectionLimit }.count == 1)
         // Their slots are free again once the server has finished closing them (its loop does that
         // shortly after the clients see the close): a normal request is answered.
         let answer = try RawConnection.answer(to: "GET /after HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", port: server.port, within: 10)

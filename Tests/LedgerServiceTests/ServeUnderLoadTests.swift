@@ -173,6 +173,9 @@ import Testing
         }
         let answer = try RawConnection.answer(to: "GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", port: served.port, within: 10)
         #expect(answer.hasPrefix("HTTP/1.1 200"), "\(answer)")
+        // Both kinds of closure are counted for the operator.
+        #expect(try served.metric(#"ledger_http_connections_refused_total{reason="header-deadline"}"#) == 4)
+        #expect(try served.metric(#"ledger_http_connections_refused_total{reason="connection-limit"}"#) ?? 0 >= 1)
         #expect(served.stop() == 0)
 
         // One address may hold --max-connections-per-ip connections.

@@ -37,7 +37,7 @@ final class ServedLedger: @unchecked Sendable {
         let tokens = directory.path("service-tokens")
         try Data((Self.serviceToken + "\n").utf8).write(to: tokens)
         chmod(tokens.path, 0o600)
-        FileManager.default.createFile(atPath: directory.path("serve.log").path, contents: nil)
+        _ = FileManager.default.createFile(atPath: directory.path("serve.log").path, contents: nil)
         process.executableURL = LedgerBinary.url
         process.arguments =
             ["serve"] + storeOptions + [

@@ -157,7 +157,7 @@ import Testing
     }
 
     @Test func aProducerWaitingForRoomIsQueuedOnceTheWriterTakesTheQueue() throws {
-        let (ledger, directory, gate, committer, outcomes) = try fullQueue()
+        let (_, directory, gate, committer, outcomes) = try fullQueue()
         defer { directory.remove() }
         let queued = DispatchSemaphore(value: 0)
         let late = try purchase("c", "99")

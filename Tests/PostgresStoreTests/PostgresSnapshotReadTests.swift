@@ -271,7 +271,7 @@ import Testing
         let current = ChangeLog.guardFunctionBody
         let earlier = current.replacingOccurrences(of: " AND xmin::text::bigint = txid_current() % 4294967296", with: "")
         #expect(earlier != current)
-        try ownerEngine.withWriter { try $0.query(ChangeLog.guardFunction.replacingOccurrences(of: current, with: earlier)) }
+        _ = try ownerEngine.withWriter { try $0.query(ChangeLog.guardFunction.replacingOccurrences(of: current, with: earlier)) }
         let cluster = try PostgresCluster.shared()
         let database = try #require(url.connectionString.split(separator: "?").first?.split(separator: "/").last.map(String.init))
         let role = "\(database)_writer"
