@@ -339,6 +339,43 @@ import Testing
         #expect(try ledger.store.replay().isIntact)
     }
 
+    /// `ChangeLog.changedKeys` trusts the rows only when they are exactly the generations between the
+    /// snapshot's and the lock's, each naming its keys, their head sequences chaining from the
+    /// snapshot's to the locked one; anything else means "read every key again" (nil).
+    @Test func changedKeysAreTrustedOnlyWhenTheRowsChainFromTheSnapshotToTheLock() throws {
+        let (_, _, engine, _, directory) = try writers()
+        defer { directory.remove() }
+        /// Rows (generation, from_sequence, sequence, keys as hex or NULL) as the server returns them.
+        func keys(_ rows: [(Int64, Int64, Int64, String?)], snapshot: (Int64, Int64), locked: (Int64, Int64)) throws -> [UInt64]? {
+            try engine.withWriter { connection in
+                let values = rows.map { "(\($0.0)::bigint, \($0.1)::bigint, \($0.2)::bigint, \($0.3.map { "'\\x\($0)'" } ?? "NULL")::bytea)" }
+                let sql =
+                    values.isEmpty
+                    ? "SELECT 1::bigint, 1::bigint, 1::bigint, NULL::bytea WHERE false"
+                    : "SELECT * FROM (VALUES \(values.joined(separator: ", "))) AS t ORDER BY 1"
+                let result = try connection.query(sql)
+                return try withExtendedLifetime(result) {
+                    try ChangeLog.changedKeys(result, snapshot: (snapshot.0, snapshot.1), locked: (locked.0, locked.1))
+                }
+            }
+        }
+        let one = "0000000000000001", two = "00000000000000ff" + "8000000000000000"
+        // Snapshot at generation 10 (head 100), lock at 13 (head 107): rows 11 and 12 chain 100 → 104 → 107.
+        #expect(try keys([(11, 100, 104, one), (12, 104, 107, two)], snapshot: (10, 100), locked: (13, 107)) == [1, 0xff, 1 << 63])
+        #expect(try keys([(11, 100, 104, ""), (12, 104, 107, one)], snapshot: (10, 100), locked: (13, 107)) == [1], "a row with no keys wrote none")
+        #expect(try keys([], snapshot: (10, 100), locked: (11, 100)) == [], "nothing committed in between")
+        // Each way the rows can fail to prove what changed.
+        #expect(try keys([(12, 104, 107, two)], snapshot: (10, 100), locked: (13, 107)) == nil, "generation 11 pruned")
+        #expect(try keys([(11, 100, 104, one), (12, 104, 107, nil)], snapshot: (10, 100), locked: (13, 107)) == nil, "every key")
+        #expect(try keys([(11, 100, 104, one), (13, 104, 107, two)], snapshot: (10, 100), locked: (13, 107)) == nil, "a gap")
+        #expect(try keys([(11, 101, 104, one), (12, 104, 107, two)], snapshot: (10, 100), locked: (13, 107)) == nil, "not from the snapshot's head")
+        #expect(try keys([(11, 100, 104, one), (12, 105, 107, two)], snapshot: (10, 100), locked: (13, 107)) == nil, "records between two rows")
+        #expect(try keys([(11, 100, 104, one), (12, 104, 106, two)], snapshot: (10, 100), locked: (13, 107)) == nil, "records after the last row")
+        #expect(try keys([(11, 100, 104, "00000000000001")], snapshot: (10, 100), locked: (12, 104)) == nil, "a torn fingerprint")
+        #expect(try keys([], snapshot: (10, 100), locked: (12, 100)) == nil, "a row missing, none returned")
+        #expect(try keys([], snapshot: (10, 100), locked: (10, 100)) == nil, "the lock is not after the snapshot")
+    }
+
     /// More groups committed between a group's snapshot and its lock than `ledger_changes` keeps:
     /// the oldest row after the snapshot is pruned, so the group reads everything again (denying
     /// the second buyer); with exactly as many groups as are kept, the rows are all there and only
