@@ -26,6 +26,24 @@ struct CLIError: Error {
 
 /// Where a command writes: standard output and standard error.
 struct Console {
+    /// Makes sure descriptors 0–2 are open before anything else is: a closed one would be reused by
+    /// the next file opened (the store's lock file, a new key file), which would then receive the
+    /// answers or messages. Standard input and standard error are opened on /dev/null when closed
+    /// (no input; nowhere to report); a closed standard output is exit 3, as when it cannot be written.
+    static func requireStandardDescriptors() {
+        for descriptor in [STDIN_FILENO, STDERR_FILENO, STDOUT_FILENO] where fcntl(descriptor, F_GETFD) == -1 {
+            guard descriptor != STDOUT_FILENO else {
+                write(Array("error: standard output is closed: the answers would have nowhere to go\n".utf8), to: STDERR_FILENO)
+                _exit(ExitCode.storeError.rawValue)
+            }
+            let null = open("/dev/null", descriptor == STDIN_FILENO ? O_RDONLY : O_WRONLY)
+            if null >= 0 && null != descriptor {
+                dup2(null, descriptor)
+                close(null)
+            }
+        }
+    }
+
     func out(_ line: String) { Self.write(Array((line + "\n").utf8), to: STDOUT_FILENO) }
     func err(_ line: String) { Self.write(Array((line + "\n").utf8), to: STDERR_FILENO) }
     /// Raw bytes to standard output.
@@ -54,7 +72,9 @@ struct Console {
                 raise(SIGPIPE)
             }
             write(Array("error: writing standard output failed: \(String(cString: strerror(code)))\n".utf8), to: STDERR_FILENO)
-            exit(ExitCode.storeError.rawValue)
+            // `_exit`, not `exit`: the reader and writer threads of `submit` may still be running, and
+            // exit's teardown under them could crash (and then report a damaged store).
+            _exit(ExitCode.storeError.rawValue)
         }
     }
 }

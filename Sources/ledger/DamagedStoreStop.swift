@@ -13,10 +13,12 @@ enum DamagedStoreStop {
         guard !stores.contains(where: { $0.hasPrefix("postgres://") || $0.hasPrefix("postgresql://") }) else { return }
         for (signal, name) in [(SIGBUS, "SIGBUS"), (SIGSEGV, "SIGSEGV"), (SIGABRT, "SIGABRT")] {
             let text =
-                "error: ledger stopped on \(name) while reading the store: its data.mdb is most likely damaged (LMDB trusts its "
-                + "pages, which carry no checksums) or was changed while in use. Run `ledger verify` on it; if it reports the "
-                + "store damaged (exit 1 or 3), restore it from a backup (`ledger restore`, docs/operations.md). If data.mdb is "
-                + "intact, this is a bug in ledger: please report it with the command line.\n"
+                "error: ledger stopped on \(name) while reading the store. First check that the disk holding it is not full "
+                + "(`df`): LMDB stops this way when it cannot extend lock.mdb (a store just restored, or copied without it); free "
+                + "space and run the command again, the store is then intact. Otherwise its data.mdb is most likely damaged (LMDB "
+                + "trusts its pages, which carry no checksums) or was changed while in use. Run `ledger verify` on it; if it "
+                + "reports the store damaged (exit 1 or 3), restore it from a backup (`ledger restore`, docs/operations.md). If "
+                + "data.mdb is intact, this is a bug in ledger: please report it with the command line.\n"
             let message = strdup(text)
             switch signal {
             case SIGBUS: busMessage = message

@@ -2,6 +2,7 @@ import Foundation
 import LedgerCrypto
 import LedgerStore
 
+Console.requireStandardDescriptors()
 let console = Console()
 var argv = Array(CommandLine.arguments.dropFirst())
 DamagedStoreStop.install(arguments: argv)

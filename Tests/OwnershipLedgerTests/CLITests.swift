@@ -139,6 +139,32 @@ import Testing
         #expect(stopped > 0, "no damaged page stopped LMDB: the test no longer reaches the signal path")
     }
 
+    /// A closed descriptor would be reused by the next file the ledger opens (its lock file, a new
+    /// key file), which would then receive the answers or messages.
+    @Test func closedStandardDescriptorsNeverReachTheStoreFiles() throws {
+        defer { directory.remove() }
+        let shell = URL(fileURLWithPath: "/bin/sh")
+        let binary = LedgerBinary.url.path
+        // init with standard input and error closed: the key files hold keys only, and the store opens.
+        let initialized = try LedgerBinary.runProcess(
+            shell, ["-c", "\"$0\" init --store \"$1\" --bundle-id \(Fixtures.bundleId) --environment Sandbox <&- 2>&-", binary, store])
+        #expect(initialized.status == 0, "\(initialized.stdout)")
+        #expect(try LedgerBinary.run(["verify", "--store", store]).status == 0)
+        // submit with standard output closed: exit 3 naming it, nothing appended, the lock file untouched.
+        let line = directory.path("line.jsonl")
+        try Data((Fixtures.line(["type": "purchase", "account": "cleo", "transaction": Fixtures.transaction("4100", at: t), "at": t]) + "\n").utf8)
+            .write(to: line)
+        let lockBefore = try? Data(contentsOf: directory.path("store/ledger.lock"))
+        let closed = try LedgerBinary.runProcess(shell, ["-c", "\"$0\" submit --trust-decoded --store \"$1\" < \"$2\" >&-", binary, store, line.path])
+        #expect(closed.status == 3 && closed.stderr.contains("standard output is closed"), "\(closed.status) \(closed.stderr)")
+        #expect((try? Data(contentsOf: directory.path("store/ledger.lock"))) == lockBefore)
+        let log = try LedgerBinary.run(["log", "--store", store])
+        #expect(!log.stdout.contains("transaction-submitted"), "\(log.stdout)")
+        // With standard input closed, submit reads no lines and answers none.
+        let noInput = try LedgerBinary.runProcess(shell, ["-c", "\"$0\" submit --trust-decoded --store \"$1\" <&-", binary, store])
+        #expect(noInput.status == 0 && noInput.stdout.isEmpty, "\(noInput.status) \(noInput.stderr)")
+    }
+
     @Test func twoProcessesAppendingConcurrentlyLeaveAGaplessVerifiedChain() throws {
         defer { directory.remove() }
         try initStore()
