@@ -155,7 +155,8 @@ import Testing
         try Data((Fixtures.line(["type": "purchase", "account": "cleo", "transaction": Fixtures.transaction("4100", at: t), "at": t]) + "\n").utf8)
             .write(to: line)
         let lockBefore = try? Data(contentsOf: directory.path("store/ledger.lock"))
-        let closed = try LedgerBinary.runProcess(shell, ["-c", "\"$0\" submit --trust-decoded --store \"$1\" < \"$2\" >&-", binary, store, line.path])
+        let closed = try LedgerBinary.runProcess(
+            shell, ["-c", "\"$0\" submit --trust-decoded --store \"$1\" < \"$2\" >&-", binary, store, line.path])
         #expect(closed.status == 3 && closed.stderr.contains("standard output is closed"), "\(closed.status) \(closed.stderr)")
         #expect((try? Data(contentsOf: directory.path("store/ledger.lock"))) == lockBefore)
         let log = try LedgerBinary.run(["log", "--store", store])
