@@ -394,14 +394,16 @@ extension Ledger {
         return Forensics.timeline(of: records.map(\.record), lineage: key)
     }
 
-    /// Why the live account `uid` is or is not entitled to the lineage at `at` (now by default),
-    /// from the records the ledger knew at `at`.
+    /// Why the live account `uid` is or is not entitled to the lineage at `at`, from the records the
+    /// ledger knew at `at`; without `at`, from every record, entitled or not now (as `binding` and
+    /// `account` answer: a record whose `recordedAt` is ahead of the clock, after a clock fault, counts).
     public func explain(
         uid: String, originalTransactionId: String, environment: AppleEnvironment? = nil, at: Timestamp? = nil
     ) throws -> Forensics.Explanation {
         let time = at ?? clock()
         let account = try store.read { try store.pseudonym(ofUID: uid, in: $0) }
-        let (key, records) = try lineageRecords(originalTransactionId: originalTransactionId, environment: environment, until: .time(time))
+        let (key, records) = try lineageRecords(
+            originalTransactionId: originalTransactionId, environment: environment, until: at.map { .time($0) })
         return Forensics.explain(records: records.map(\.record), lineage: key, account: account, at: time)
     }
 }

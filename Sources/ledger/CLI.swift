@@ -247,6 +247,19 @@ func openLedger(_ arguments: Arguments) throws -> Ledger {
     try Ledger(opening: arguments.location())
 }
 
+/// Warns a writer when the log's last record was recorded more than a minute ahead of this machine's
+/// clock (a clock that was ahead when it was written): new records keep that time until the clock
+/// passes it (`recordedAt` never goes back), so cuts at the current time (`--at`, `--until`) miss them.
+func warnIfClockBehindLog(_ ledger: Ledger, console: Console) throws {
+    let last = try ledger.store.head().recordedAt
+    let now = LedgerTime.now()
+    guard last > now + 60_000 else { return }
+    console.err(
+        "warning: the log's last record was recorded at \(LedgerTime.format(last)), \((last - now) / 1000) s ahead of this machine's "
+            + "clock (\(LedgerTime.format(now))): new records take that time until the clock passes it, and `--at`/`--until` at the "
+            + "current time will not see them. Check the clock (NTP) of every host that writes to this ledger (docs/forensics.md).")
+}
+
 /// Opens the store the store options name.
 func openStore(_ arguments: Arguments) throws -> LedgerStore {
     try LedgerStore(opening: arguments.location())

@@ -144,8 +144,9 @@ struct ExplainCommand: Subcommand {
         let uid = try arguments.required("uid")
         let id = try arguments.originalTransactionId() ?? ""
         let environment = try arguments.environment()
-        let at = try arguments.time("at") ?? LedgerTime.now()
-        let explanation = try ledger.explain(uid: uid, originalTransactionId: id, environment: environment, at: at)
+        let given = try arguments.time("at")
+        let at = given ?? LedgerTime.now()
+        let explanation = try ledger.explain(uid: uid, originalTransactionId: id, environment: environment, at: given)
         let binding: String
         switch explanation.state.binding {
         case .unbound: binding = "unbound"

@@ -166,6 +166,33 @@ import Testing
         #expect(noInput.status == 0 && noInput.stdout.isEmpty, "\(noInput.status) \(noInput.stderr)")
     }
 
+    /// A writer whose clock was a year ahead leaves the log's time a year ahead: the next writer warns,
+    /// and `explain` without `--at` still sees what was recorded since (as `binding` does).
+    @Test func aLogRecordedAheadOfTheClockIsReportedAndStillExplained() throws {
+        defer { directory.remove() }
+        try initStore()
+        let year: Int64 = 365 * 86_400_000
+        let ahead = try Ledger(opening: directory.path("store"), clock: { LedgerTime.now() + year })
+        let first = SubmitProtocol(ledger: ahead, trustDecoded: true).respond(
+            to: Fixtures.line(["type": "purchase", "account": "nia", "transaction": Fixtures.transaction("4200", at: t), "at": t]))
+        #expect(Fixtures.object(first)["decision"] as? String == "granted", "\(first)")
+        let result = try LedgerBinary.run(
+            ["submit", "--trust-decoded", "--store", store],
+            stdin: Fixtures.line(["type": "purchase", "account": "ola", "transaction": Fixtures.transaction("4201", at: t), "at": t]) + "\n")
+        #expect(result.status == 0 && Fixtures.object(result.stdout)["decision"] as? String == "granted", "\(result.stdout)")
+        #expect(result.stderr.contains("warning: the log's last record was recorded at") && result.stderr.contains("ahead of this machine's clock"))
+        let explained = try LedgerBinary.run(["explain", "--uid", "ola", "--original-transaction-id", "4201", "--store", store])
+        let explanation = Fixtures.object(explained.stdout)
+        #expect(explanation["verdict"] as? String != "never-seen" && explanation["entitled"] as? Bool == true, "\(explained.stdout)")
+        // A clock in step with the log: no warning.
+        let other = directory.path("store-2").path
+        #expect(try LedgerBinary.run(["init", "--store", other, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"]).status == 0)
+        let quiet = try LedgerBinary.run(
+            ["submit", "--trust-decoded", "--store", other],
+            stdin: Fixtures.line(["type": "purchase", "account": "ola", "transaction": Fixtures.transaction("4201", at: t), "at": t]) + "\n")
+        #expect(quiet.status == 0 && quiet.stderr.isEmpty, "\(quiet.stderr)")
+    }
+
     @Test func twoProcessesAppendingConcurrentlyLeaveAGaplessVerifiedChain() throws {
         defer { directory.remove() }
         try initStore()
