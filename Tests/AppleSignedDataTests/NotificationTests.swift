@@ -51,6 +51,12 @@ import Testing
 
         let expired = try signedNotification(renewal: Vectors.renewalPayload(["signedDate": 2_280_946_846_000]))
         #expect(verifier.verifyNotification(expired, now: 0).failure?.code == .invalidChain)
+
+        // Renewal info of another lineage beside the transaction: refused, as in a reconciliation.
+        let mismatched = try signedNotification(renewal: Vectors.renewalPayload(["originalTransactionId": "9999"]))
+        let mismatch = try #require(verifier.verifyNotification(mismatched, now: 0).failure)
+        #expect(mismatch.code == .invalidPayload)
+        #expect(mismatch.message == "data.signedRenewalInfo: renewal info originalTransactionId 9999 does not match the transaction's 1000")
     }
 
     @Test func testNotificationVectorDecodes() throws {

@@ -118,6 +118,7 @@ import Testing
                 "invalid-certificate"
             ),
             ("expired at signedDate", try sign(transaction(["signedDate": 2_280_946_846_000])), "invalid-chain"),
+            ("surrounded by spaces", " \(good) ", "invalid-jws-format"),
             (
                 "tampered payload",
                 [parts[0], try sign(transaction(["productId": "com.evil.lifetime"])).split(separator: ".").map(String.init)[1], parts[2]].joined(
