@@ -273,8 +273,9 @@ public final class Ledger: @unchecked Sendable {
     /// Whether a submission seen before (`prior`) is a retry to answer with its first decision
     /// rather than a new attempt: a notification always (Apple redelivers it; its content was
     /// checked); a transaction when deciding it again would change nothing and tell the caller the
-    /// same outcome and code (otherwise, e.g. after a transfer, a deletion, a refund or an expiry,
-    /// it is recorded and answered anew).
+    /// same outcome and code, and for a denial the same reason, whose message says what to do
+    /// (otherwise, e.g. after a transfer, a deletion, a refund or an expiry, it is recorded and
+    /// answered anew).
     private func isRetry(_ prepared: UnsafePointer<Prepared>, prior: Record, decided events: [LedgerEvent], before: LedgerState) -> Bool {
         switch prepared.pointee.submission {
         case .notification: return true
@@ -284,6 +285,7 @@ public final class Ledger: @unchecked Sendable {
             else { return false }
             return StateProjection.changesNothing(events, in: before)
                 && (first.reason.outcome, first.reason.code) == (now.reason.outcome, now.reason.code)
+                && (first.reason.outcome != .denied || first.reason == now.reason)
         }
     }
 

@@ -88,6 +88,24 @@ import Testing
 }
 
 extension IdempotencyTests {
+    /// A denial's message tells the customer what to do: a retry denied for another reason is
+    /// answered anew, not with the first denial (which would send them to a deleted account).
+    @Test func aDeniedRestoreRetriedAfterTheOwnersDeletionGetsTheTombstoneAnswer() throws {
+        defer { directory.remove() }
+        let transaction = Fixtures.transaction("7100", at: t)
+        send(["type": "purchase", "account": "ann", "transaction": transaction, "at": t])
+        let restore: [String: Any] = ["type": "restore", "account": "mike", "transaction": transaction, "at": t + day]
+        let first = send(restore)
+        #expect(first["code"] as? String == "permission-denied")
+        send(["type": "delete-account", "account": "ann", "at": t + 2 * day])
+        let retried = send(restore)
+        #expect(retried["code"] as? String == "permission-denied" && retried["duplicate"] == nil, "\(retried)")
+        #expect(retried["message"] as? String != first["message"] as? String, "\(retried)")
+        #expect((retried["message"] as? String)?.contains("support recovery") == true, "\(retried)")
+        // And a retry of that is a duplicate again.
+        #expect(send(restore)["duplicate"] as? Bool == true)
+    }
+
     @Test func aPurchaseRetriedAfterARefundIsDecidedAgainAndDenied() throws {
         defer { directory.remove() }
         let purchase: [String: Any] = ["type": "purchase", "account": "ann", "transaction": Fixtures.transaction("5100", at: t), "at": t]
