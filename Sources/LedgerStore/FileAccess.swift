@@ -103,13 +103,32 @@ public enum FileAccess {
         try withNewFile(url) { fd in try write(contents, to: fd, path: url.path) }
     }
 
-    /// Writes `contents` to the file `path`, created (mode 0666 less the umask) or replaced in place,
-    /// as an output file (`--out`). A failure says why (`EISDIR`, `ENOENT`, `ENOSPC`…).
+    /// Writes `contents` to the file `path`, created (mode 0666 less the umask) or replaced whole, as an
+    /// output file (`--out`). A failure says why (`EISDIR`, `ENOENT`, `ENOSPC`…) and leaves an existing
+    /// regular file as it was.
     public static func writeFile(_ path: String, contents: [UInt8]) throws {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o666)
+        var status = stat()
+        // Not a regular file (a terminal, a pipe, /dev/stdout): written in place.
+        if stat(path, &status) == 0, status.st_mode & S_IFMT != S_IFREG {
+            let fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC)
+            guard fd >= 0 else { throw failure("write", path, errno) }
+            defer { close(fd) }
+            return try write(contents, to: fd, path: path)
+        }
+        // A regular file is replaced whole or not at all: written beside it, synced, then renamed over
+        // it, so a full disk never leaves it empty or cut short (an earlier checkpoint stays as it was).
+        let staging = path + ".partial-\(getpid())"
+        let fd = open(staging, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o666)
         guard fd >= 0 else { throw failure("write", path, errno) }
-        defer { close(fd) }
-        try write(contents, to: fd, path: path)
+        do {
+            defer { close(fd) }
+            try write(contents, to: fd, path: path)
+            guard fsync(fd) == 0 else { throw failure("write", path, errno) }
+            guard rename(staging, path) == 0 else { throw failure("write", path, errno) }
+        } catch {
+            unlink(staging)
+            throw error
+        }
     }
 
     /// Copies the regular file `source` into the new file `destination` (mode 0600, refused when it

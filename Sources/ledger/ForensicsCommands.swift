@@ -5,11 +5,16 @@ import LedgerCrypto
 import LedgerStore
 import OwnershipLedger
 
-/// Writes `data` to `path`, or fails with a usage error naming it and why (`Is a directory (EISDIR)`).
+/// Writes `data` to `path`, or fails naming it and why: a path that cannot be written (`Is a directory
+/// (EISDIR)`, a missing directory) is a usage error, a device that fails the write (a full disk, an I/O
+/// error) a store error (exit 3).
 func writeFile(_ data: Data, to path: String) throws {
     do {
         try FileAccess.writeFile(path, contents: [UInt8](data))
     } catch let error as LedgerStoreError {
+        if case .fileAccess(_, _, let code) = error, [ENOSPC, EDQUOT, EIO, EROFS].contains(code) {
+            throw CLIError(code: .storeError, message: "\(error)")
+        }
         throw CLIError.usage("\(error)")
     }
 }

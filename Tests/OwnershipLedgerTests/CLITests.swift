@@ -369,6 +369,15 @@ extension CLITests {
             #expect(result.status == 2, "\(result.stderr)")
             #expect(result.stderr.contains("cannot write \(target.path): Is a directory (EISDIR)"), "\(result.stderr)")
         }
+        // A device that fails the write is a store error, not a usage one.
+        let full = try LedgerBinary.run(["checkpoint", "--out", "/dev/full", "--store", store])
+        #expect(full.status == 3 && full.stderr.contains("No space left on device") && !full.stderr.contains("--help"), "\(full.stderr)")
+        // A regular file is replaced whole: its new content, and no staging file left beside it.
+        let checkpoint = directory.path("cp.txt")
+        try Data("an earlier checkpoint\n".utf8).write(to: checkpoint)
+        #expect(try LedgerBinary.run(["checkpoint", "--out", checkpoint.path, "--store", store]).status == 0)
+        #expect(try String(contentsOf: checkpoint, encoding: .utf8).hasPrefix("ownership-ledger/"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).filter { $0.contains(".partial") }.isEmpty)
     }
 
     @Test func aCheckpointLongerThanTheLogDoesNotBlameARecord() throws {
