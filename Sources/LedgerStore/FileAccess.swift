@@ -7,6 +7,12 @@ import LedgerCrypto
 public enum FileAccess {
     /// Whether `path` exists. False only when it does not (`ENOENT`, or a component that is not a
     /// directory); any other failure, such as a directory on the way this user may not search, is thrown.
+    /// Whether `path` is on a file system mounted read-only.
+    static func isOnReadOnlyFileSystem(_ path: String) -> Bool {
+        var status = statvfs()
+        return statvfs(path, &status) == 0 && status.f_flag & UInt(ST_RDONLY) != 0
+    }
+
     public static func exists(_ path: String) throws -> Bool {
         var info = stat()
         if stat(path, &info) == 0 { return true }

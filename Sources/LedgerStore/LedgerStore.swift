@@ -22,6 +22,9 @@ public final class LedgerStore: @unchecked Sendable {
     public let engine: any LedgerEngine
     /// `ledger.lock` of an LMDB store, held shared while the store is open (exclusive during `create` and `compact`).
     let lock: StoreLock?
+    /// A store directory on a read-only file system: opened for reading without any lock file (no
+    /// process can write there, so none is needed); every write is refused naming the file system.
+    public let onReadOnlyFileSystem: Bool
 
     /// Key material for ``create(at:configuration:keyFiles:)``: the contents of
     /// `ledger.key` and `ledger-signing.key` to keep (an upgrade keeps the old store's keys); without
@@ -177,8 +180,12 @@ public final class LedgerStore: @unchecked Sendable {
         try LedgerStore(opening: directory, keyDirectory: keyDirectory, lock: nil, readOnlyCopy: true)
     }
 
-    /// Opens an existing store under `lock`, or under a new shared lock when nil (none for a read-only copy).
-    convenience init(opening directory: URL, keyDirectory: URL? = nil, lock: StoreLock?, readOnlyCopy: Bool = false) throws {
+    /// Opens an existing store under `lock`, or under a new shared lock when nil (none for a read-only
+    /// copy). `readOnlyFileSystem` says whether the directory is on a read-only file system (found out
+    /// when nil).
+    convenience init(
+        opening directory: URL, keyDirectory: URL? = nil, lock: StoreLock?, readOnlyCopy: Bool = false, readOnlyFileSystem: Bool? = nil
+    ) throws {
         let keyDirectory = keyDirectory ?? directory
         if let detail = try Self.interruptedInit(in: directory, keyDirectory: keyDirectory) {
             throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
@@ -187,7 +194,9 @@ public final class LedgerStore: @unchecked Sendable {
         guard try FileAccess.exists(dataFile) else {
             throw LedgerStoreError.notInitialized(directory: directory.path)
         }
-        let lock = readOnlyCopy ? nil : try lock ?? StoreLock(directory: directory, mode: .shared, busy: .storeBusy(directory: directory.path))
+        let readOnlyFileSystem = !readOnlyCopy && (readOnlyFileSystem ?? FileAccess.isOnReadOnlyFileSystem(directory.path))
+        let snapshot = readOnlyCopy || readOnlyFileSystem
+        let lock = snapshot ? nil : try lock ?? StoreLock(directory: directory, mode: .shared, busy: .storeBusy(directory: directory.path))
         let keys = try LedgerKeys.load(from: keyDirectory.appendingPathComponent(LedgerKeys.fileName))
         if try FileAccess.size(dataFile) == 0 {
             throw LedgerStoreError.corrupt("\(dataFile) is empty: restore data.mdb from your backup")
@@ -195,7 +204,7 @@ public final class LedgerStore: @unchecked Sendable {
         let engine: LMDBEngine
         do {
             let required = LMDBEngine.metaDatabase
-            engine = try LMDBEngine(directory: directory, mode: readOnlyCopy ? .snapshot(required: required) : .open(required: required))
+            engine = try LMDBEngine(directory: directory, mode: snapshot ? .snapshot(required: required) : .open(required: required))
         } catch let error as LMDBError where error.isNotFound {
             throw LedgerStoreError.corrupt(
                 "\(dataFile) holds no ledger metadata (another program's LMDB store, or a damaged file): left unchanged; restore data.mdb from your backup or choose another --store"
@@ -203,8 +212,10 @@ public final class LedgerStore: @unchecked Sendable {
         } catch let error as LMDBError where error.code == EACCES || error.code == EPERM {
             throw FileAccess.deniedEnvironment(in: directory, code: error.code)
         }
-        self.init(directory: directory, keys: keys, lock: lock, engine: engine, location: .directory(directory, keys: keyDirectory))
-        try checkOpened(rebuildingReadModels: !readOnlyCopy)
+        self.init(
+            directory: directory, keys: keys, lock: lock, engine: engine, location: .directory(directory, keys: keyDirectory),
+            onReadOnlyFileSystem: readOnlyFileSystem)
+        try checkOpened(rebuildingReadModels: !snapshot)
     }
 
     /// Checks an opened store's metadata (format, key) and rebuilds read models persisted by another
@@ -231,12 +242,16 @@ public final class LedgerStore: @unchecked Sendable {
     /// The directory of the key files: the store directory unless they live elsewhere (`--keys`).
     public var keyDirectory: URL { location.keyDirectory }
 
-    init(directory: URL, keys: LedgerKeys, lock: StoreLock?, engine: any LedgerEngine, location: StoreLocation? = nil) {
+    init(
+        directory: URL, keys: LedgerKeys, lock: StoreLock?, engine: any LedgerEngine, location: StoreLocation? = nil,
+        onReadOnlyFileSystem: Bool = false
+    ) {
         self.directory = directory
         self.location = location ?? .directory(directory)
         self.keys = keys
         self.lock = lock
         self.engine = engine
+        self.onReadOnlyFileSystem = onReadOnlyFileSystem
     }
 
     /// The configuration blob given to ``create(at:configuration:keyFiles:)``.
@@ -250,12 +265,22 @@ public final class LedgerStore: @unchecked Sendable {
     public func read<T>(_ body: (any EngineReader) throws -> T) throws -> T { try engine.read(body) }
 
     /// Runs one write group (see ``LedgerEngine/write(_:)``).
-    public func write<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T { try engine.write(body) }
+    public func write<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T {
+        try refuseOnReadOnlyFileSystem()
+        return try engine.write(body)
+    }
+
+    /// Throws when the store is on a read-only file system (``onReadOnlyFileSystem``), naming it.
+    public func refuseOnReadOnlyFileSystem() throws {
+        guard onReadOnlyFileSystem else { return }
+        throw LedgerStoreError.fileAccess(path: directory.appendingPathComponent("data.mdb").path, operation: "write", errno: EROFS)
+    }
 
     /// Runs one write group that may be committed before it is durable (see
     /// ``LedgerEngine/writeDeferringSync(_:)``; ``durability`` and ``sync()`` say when it is).
     public func writeDeferringSync<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T {
-        try engine.writeDeferringSync(body)
+        try refuseOnReadOnlyFileSystem()
+        return try engine.writeDeferringSync(body)
     }
 
     /// Write groups committed and durable (``LedgerEngine/durability``); nil when every commit is durable as it returns.

@@ -78,6 +78,7 @@ struct ServeCommand: Subcommand {
             }
         }
         let ledger = try openLedger(arguments)
+        try ledger.store.refuseOnReadOnlyFileSystem()
         try warnIfClockBehindLog(ledger, console: console)
         configuration.backfill = try backfillSchedule(arguments, environment: ledger.configuration.environment)
         let service: LedgerService

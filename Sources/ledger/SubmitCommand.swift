@@ -28,6 +28,7 @@ struct SubmitCommand: Subcommand {
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         let ledger = try openLedger(arguments)
+        try ledger.store.refuseOnReadOnlyFileSystem()
         try warnIfClockBehindLog(ledger, console: console)
         let submit = SubmitProtocol(ledger: ledger, trustDecoded: arguments.flags.contains("trust-decoded"))
         let input = LineBatches(fileDescriptor: STDIN_FILENO, maximumLineBytes: SubmitProtocol.maximumLineBytes)

@@ -97,6 +97,30 @@ import Testing
         #expect(growth < 1 << 20, "data.mdb grew by \(growth) bytes over 300 one-line commits")
     }
 
+    /// A store on a read-only file system (a mounted snapshot, a read-only volume) is read without
+    /// any lock file, since nothing can write there; writes are refused naming the file system.
+    @Test func aStoreOnAReadOnlyFileSystemIsReadWithoutLockFilesAndRefusesWrites() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        try purchase(ledger, "6100", uid: "ann", at: t)
+        let storeDirectory = ledger.store.directory
+        let copy = directory.path("copy")
+        try FileManager.default.createDirectory(at: copy, withIntermediateDirectories: true)
+        for name in ["data.mdb", "ledger.key", "ledger-signing.key"] {
+            try FileManager.default.copyItem(at: storeDirectory.appendingPathComponent(name), to: copy.appendingPathComponent(name))
+        }
+        let store = try LedgerStore(opening: copy, lock: nil, readOnlyFileSystem: true)
+        #expect(store.onReadOnlyFileSystem)
+        #expect(try Ledger(store: store).account(uid: "ann").entitlements.count == 1)
+        #expect(try store.replay().isIntact)
+        #expect(throws: LedgerStoreError.fileAccess(path: copy.appendingPathComponent("data.mdb").path, operation: "write", errno: EROFS)) {
+            try store.write { _, _ in }
+        }
+        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: copy.path)) == ["data.mdb", "ledger.key", "ledger-signing.key"])
+        // The same directory, writable, is opened as usual.
+        #expect(try !LedgerStore(opening: copy).onReadOnlyFileSystem)
+    }
+
     @Test func aDataFileShorterThanItsMetaPagesClaimIsCorruptNotACrash() throws {
         let directory = TemporaryDirectory("truncated")
         defer { directory.remove() }
