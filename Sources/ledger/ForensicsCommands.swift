@@ -104,7 +104,10 @@ struct ReplayCommand: Subcommand {
 
     static func limit(_ arguments: Arguments) throws -> Forensics.Limit? {
         guard let text = arguments.value("until") else { return nil }
-        if let sequence = UInt64(text) { return .sequence(sequence) }
+        // Digits only: `+5` or ` 5` is refused, not read as 5 (a sign reads as a time's typo).
+        if text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }), let sequence = UInt64(text) {
+            return .sequence(sequence)
+        }
         guard let time = LedgerTime.parse(text) else {
             throw CLIError.usage("--until \(text) is neither a sequence number nor an ISO-8601 time (2026-11-29T12:00:00Z)")
         }

@@ -112,6 +112,10 @@ import Testing
         #expect(text.lines[2].hasPrefix("2 ") && text.lines[2].contains("denied"))
         let bad = try ledger(["replay", "--original-transaction-id", "1001", "--until", "yesterday"])
         #expect(bad.status == 2)
+        for signed in ["+2", " 2", "-2"] {
+            let refused = try ledger(["replay", "--original-transaction-id", "1001", "--until", signed])
+            #expect(refused.status == 2 && refused.stderr.contains("is neither a sequence number"), "\(signed): \(refused.stderr)")
+        }
     }
 
     /// `binding --at`, `account --at` and `explain --at` before and after each record: all cut on
