@@ -122,16 +122,7 @@ extension SignedDataVerifier {
                         "envelope originalTransactionId \(claimed) does not match the signed transaction's \(transaction.originalTransactionId)")
                 }
                 var renewal: RenewalInfoPayload?
-                if let signed = item.signedRenewalInfo {
-                    let decoded = try self.renewalInfo(signed, now: now)
-                    guard decoded.originalTransactionId == transaction.originalTransactionId else {
-                        throw VerificationError(
-                            .invalidPayload,
-                            "renewal info originalTransactionId \(decoded.originalTransactionId) does not match the transaction's \(transaction.originalTransactionId)"
-                        )
-                    }
-                    renewal = decoded
-                }
+                if let signed = item.signedRenewalInfo { renewal = try self.renewalInfo(signed, of: transaction, now: now) }
                 return ReconciledItem(
                     transaction: transaction, renewalInfo: renewal, status: item.status,
                     subscriptionGroupIdentifier: item.subscriptionGroupIdentifier)

@@ -90,7 +90,7 @@ public struct SignedDataVerifier: Sendable {
 
     /// Verifies a JWSRenewalInfo: format, chain, signature, then environment; decodes it.
     public func verifyRenewalInfo(_ jws: String, now: Int64) -> Result<RenewalInfoPayload, VerificationError> {
-        Result { () throws(VerificationError) in try renewalInfo(jws, now: now) }
+        Result { () throws(VerificationError) in try renewalInfo(jws, of: nil, now: now) }
     }
 
     /// Verifies a notification `signedPayload` (bundleId, appAppleId when Production, environment), then
@@ -106,7 +106,9 @@ public struct SignedDataVerifier: Sendable {
                 transaction = try nested("data.signedTransactionInfo") { () throws(VerificationError) in try self.transaction(signed, now: now) }
             }
             if let signed = try data?.optionalString("signedRenewalInfo") {
-                renewal = try nested("data.signedRenewalInfo") { () throws(VerificationError) in try self.renewalInfo(signed, now: now) }
+                renewal = try nested("data.signedRenewalInfo") { () throws(VerificationError) in
+                    try self.renewalInfo(signed, of: transaction, now: now)
+                }
             }
             return try NotificationPayload(fields, transaction: transaction, renewalInfo: renewal)
         }
@@ -131,9 +133,17 @@ public struct SignedDataVerifier: Sendable {
         return try TransactionPayload(JSONFields(verified.payload, context: "transaction"))
     }
 
-    func renewalInfo(_ jws: String, now: Int64) throws(VerificationError) -> RenewalInfoPayload {
+    /// Verifies and decodes renewal info sent beside `transaction` (when there is one): both must be of
+    /// the same lineage.
+    func renewalInfo(_ jws: String, of transaction: TransactionPayload?, now: Int64) throws(VerificationError) -> RenewalInfoPayload {
         let verified = try verifyJWS(jws, kind: .renewalInfo, now: now)
-        return try RenewalInfoPayload(JSONFields(verified.payload, context: "renewalInfo"))
+        let renewal = try RenewalInfoPayload(JSONFields(verified.payload, context: "renewalInfo"))
+        if let transaction, renewal.originalTransactionId != transaction.originalTransactionId {
+            throw VerificationError(
+                .invalidPayload,
+                "renewal info originalTransactionId \(renewal.originalTransactionId) does not match the transaction's \(transaction.originalTransactionId)")
+        }
+        return renewal
     }
 
     private func nested<T>(_ field: String, _ body: () throws(VerificationError) -> T) throws(VerificationError) -> T {

@@ -77,7 +77,10 @@ struct InspectJWSCommand: Subcommand {
         } else {
             data = try readFile(path, option: "FILE")
         }
-        let jws = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        // A file's final line break is not part of the JWS; anything else around it is, as in `submit`.
+        var text = String(decoding: data, as: UTF8.self)
+        if text.hasSuffix("\n") { text.removeLast() }
+        let jws = text
         let ledger = try openLedger(arguments)
         let now = try arguments.time("at") ?? LedgerTime.now()
         // Steps 1–5 only, to show what was checked; the verdict is `submit`'s own.
