@@ -54,6 +54,12 @@ public enum ReleaseEvidence {
         }
     }
 
+    /// What the file says of a scenario it did not find: what an instance needs, from verified signed
+    /// data of `environment` (`evidence verify` requires exactly this text).
+    public static func missingExplanation(_ scenario: Scenario, environment: String) -> String {
+        "missing: needs \(scenario.requirement), from verified signed \(environment) data"
+    }
+
     /// One scenario's instance: the sequence numbers of its records, ascending, and what they show.
     public struct Instance: Equatable, Sendable {
         public var scenario: Scenario
@@ -357,7 +363,7 @@ extension Ledger {
                 let instance = finder.found[scenario]
                 return [
                     "scenario": scenario.rawValue, "title": scenario.title, "found": instance != nil, "seqs": instance?.sequences ?? [],
-                    "explanation": instance?.explanation ?? "missing: needs \(scenario.requirement), from verified signed \(environment) data",
+                    "explanation": instance?.explanation ?? ReleaseEvidence.missingExplanation(scenario, environment: environment),
                 ]
             },
             "missing": missing.map(\.rawValue), "complete": missing.isEmpty,
@@ -371,7 +377,8 @@ extension ReleaseEvidence {
     /// Verifies an evidence file offline against the trusted `publicKey`: its canonical form and
     /// signature, the checkpoint's signature, every record's inclusion proof, decoding and decoded
     /// JSON; then derives every scenario again from the proven records by ``explain(_:_:environment:)``
-    /// (which must give the file's explanation), checks every record is recorded at or after `since`
+    /// (which must give the file's explanation; a missing scenario's must be ``missingExplanation(_:environment:)``,
+    /// and every title the scenario's), checks every record is recorded at or after `since`
     /// and belongs to a scenario, and that the missing scenarios are exactly those not found. Throws
     /// ``Failure`` when anything does not hold, ``CryptoError`` when libcrypto fails.
     public static func verify(_ data: Data, publicKey: Ed25519PublicKey) throws -> Verified {
@@ -410,8 +417,12 @@ extension ReleaseEvidence {
             guard let found = claim["found"] as? Bool, let seqs = (claim["seqs"] as? [NSNumber])?.map(\.uint64Value),
                 let explanation = claim["explanation"] as? String
             else { throw Failure("\(scenario.rawValue): found, seqs or explanation is missing") }
+            guard claim["title"] as? String == scenario.title else { throw Failure("\(scenario.rawValue): the title is not \"\(scenario.title)\"") }
             guard found else {
                 guard seqs.isEmpty else { throw Failure("\(scenario.rawValue): a missing scenario lists records") }
+                guard explanation == missingExplanation(scenario, environment: environment) else {
+                    throw Failure("\(scenario.rawValue): the explanation of a missing scenario is not what it needs")
+                }
                 missing.append(scenario)
                 continue
             }

@@ -83,6 +83,12 @@ enum SignedBundle {
         } catch let error as CheckpointError {
             throw DisputeBundle.Failure("checkpoint: \(error)")
         }
+        // The origin names the log: a checkpoint of this key's log has the origin the key gives
+        // (docs/forensics.md), whatever name the signature line claims.
+        let trusted = try Forensics.origin(for: publicKey)
+        guard origin == trusted else {
+            throw DisputeBundle.Failure("checkpoint: its origin \(origin) is not the trusted key's log (\(trusted))")
+        }
         guard try publicKey.isValidSignature(signature, for: try signedBytes(body, label: label)) else {
             throw DisputeBundle.Failure("the bundle signature does not verify")
         }

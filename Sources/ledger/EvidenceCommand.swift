@@ -68,9 +68,12 @@ struct EvidenceCommand: Subcommand {
                     "verified": true, "complete": verified.complete, "origin": verified.origin, "checkpointSize": verified.checkpointSize,
                     "environment": verified.environment, "since": verified.since.map { LedgerTime.format($0) as Any } ?? NSNull(),
                     "scenarios": ReleaseEvidence.Scenario.allCases.map { scenario -> JSONObject in
+                        // Each scenario as the file has it: the verification checked every text.
                         [
-                            "scenario": scenario.rawValue, "found": found[scenario] != nil, "seqs": found[scenario]?.sequences ?? [],
-                            "explanation": found[scenario]?.explanation ?? "missing: needs \(scenario.requirement)",
+                            "scenario": scenario.rawValue, "title": scenario.title, "found": found[scenario] != nil,
+                            "seqs": found[scenario]?.sequences ?? [],
+                            "explanation": found[scenario]?.explanation
+                                ?? ReleaseEvidence.missingExplanation(scenario, environment: verified.environment),
                         ]
                     },
                     "missing": verified.missing.map(\.rawValue),
