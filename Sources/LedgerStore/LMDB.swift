@@ -184,8 +184,14 @@ final class LMDBEnvironment: @unchecked Sendable {
         while true {
             resizeLock.lockShared()
             let txn: LMDBTransaction
+            // Another process's write transaction holds LMDB's writer mutex meanwhile (a stopped
+            // process holds it until it continues or ends): say so once the wait is long.
+            let notice = LedgerStore.writerWaitNotice.map { notice in DispatchWorkItem { notice() } }
+            if let notice { DispatchQueue.global().asyncAfter(deadline: .now() + LMDBEnvironment.writerWaitNoticeSeconds, execute: notice) }
+            defer { notice?.cancel() }
             do {
                 txn = try begin(flags: 0)
+                notice?.cancel()
             } catch {
                 resizeLock.unlock()
                 throw error
@@ -220,6 +226,8 @@ final class LMDBEnvironment: @unchecked Sendable {
 
     /// Held by every write transaction of this process (see ``write(deferringMetaSync:_:)``).
     private let writerLock = NSLock()
+    /// How long a write waits for another process's before ``LedgerStore/writerWaitNotice`` runs.
+    static let writerWaitNoticeSeconds = 5.0
     private let durabilityLock = NSLock()
     private var counted = EngineDurability(committed: 0, durable: 0)
 

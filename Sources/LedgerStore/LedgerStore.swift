@@ -20,6 +20,10 @@ public final class LedgerStore: @unchecked Sendable {
     public let location: StoreLocation
     public let keys: LedgerKeys
     public let engine: any LedgerEngine
+    /// Run when a write to a store directory has waited 5 seconds for another process's write (LMDB
+    /// serialises writers; a stopped writer holds the others until it continues or ends). Set once at
+    /// start-up, before any store is opened: the `ledger` binary tells standard error.
+    nonisolated(unsafe) public static var writerWaitNotice: (@Sendable () -> Void)?
     /// `ledger.lock` of an LMDB store, held shared while the store is open (exclusive during `create` and `compact`).
     let lock: StoreLock?
     /// A store directory on a read-only file system: opened for reading without any lock file (no

@@ -6,6 +6,11 @@ Console.requireStandardDescriptors()
 let console = Console()
 var argv = Array(CommandLine.arguments.dropFirst())
 DamagedStoreStop.install(arguments: argv)
+LedgerStore.writerWaitNotice = {
+    Console().err(
+        "ledger: waiting for another process's write to this store to finish (LMDB lets one process write at a time; a stopped "
+            + "writer, e.g. SIGSTOP or a debugger, holds the others until it continues or ends)")
+}
 guard let name = argv.first, !["--help", "-h", "help"].contains(name) else {
     console.out(overview())
     exit(argv.isEmpty ? ExitCode.usage.rawValue : 0)

@@ -64,6 +64,33 @@ import Testing
         #expect(answered?.json["state"] as? String == "bound")
     }
 
+    /// A writer that waits for another process's write (here one paused inside its transaction, as a
+    /// stopped `ledger submit` would be) says so on standard error, then proceeds once it may.
+    @Test func aWriterWaitingForAnotherProcesssWriteSaysSo() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let writerDone = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            _ = try? ledger.store.write { _, _ in
+                entered.signal()
+                release.wait()
+            }
+            writerDone.signal()
+        }
+        entered.wait()
+        let line = Fixtures.line(["type": "purchase", "account": "ann", "transaction": Fixtures.transaction("6200", at: t), "at": t])
+        let waiting = try LedgerBinary.start(["submit", "--trust-decoded", "--store", directory.path("store").path], stdin: line + "\n")
+        // Held well past the 5-second notice (a guard for a slow start, not a timing assertion).
+        Thread.sleep(forTimeInterval: 12)
+        release.signal()
+        writerDone.wait()
+        let result = try #require(finished(waiting, within: 60))
+        #expect(result.status == 0 && result.json["decision"] as? String == "granted", "\(result.stdout) \(result.stderr)")
+        #expect(result.stderr.contains("waiting for another process's write to this store to finish"), "\(result.stderr)")
+    }
+
     @Test func aLongRunningWriterClearsTheSlotOfAReaderKilledInsideItsTransaction() throws {
         let (ledger, directory) = try Fixtures.ledger()
         defer { directory.remove() }
