@@ -141,7 +141,8 @@ public struct SignedDataVerifier: Sendable {
         if let transaction, renewal.originalTransactionId != transaction.originalTransactionId {
             throw VerificationError(
                 .invalidPayload,
-                "renewal info originalTransactionId \(renewal.originalTransactionId) does not match the transaction's \(transaction.originalTransactionId)")
+                "renewal info originalTransactionId \(renewal.originalTransactionId) does not match the transaction's \(transaction.originalTransactionId)"
+            )
         }
         return renewal
     }
