@@ -11,11 +11,12 @@ public struct PackedLineages: Sendable {
         var account: Key128
         var expiresAt: Int64
         var revokedAt: Int64
+        var purchasedAt: Int64
         /// Index in ``PackedLineages/products``.
         var product: UInt32
         /// Bits 0–1 the binding (0 unbound, 1 bound, 2 tombstoned); 4 an entitlement; 8 the
         /// entitlement's account is not the binding's (it is in `otherAccounts`); 0x10 an expiry;
-        /// 0x20 a revocation; 0x40 the caller's mark (``entry(_:)``).
+        /// 0x20 a revocation; 0x40 the caller's mark (``entry(_:)``); 0x80 a purchase date.
         var flags: UInt8
         /// The entitlement's end reason (0: not ended).
         var ended: UInt8
@@ -69,7 +70,7 @@ public struct PackedLineages: Sendable {
             entitlement: plain.entitlement.map {
                 Entitlement(
                     account: $0.account, productId: products[Int($0.product)], expiresAt: $0.expiresAt, revokedAt: $0.revokedAt,
-                    endedBecause: $0.endedBecause)
+                    endedBecause: $0.endedBecause, purchasedAt: $0.purchasedAt)
             })
     }
 
@@ -80,7 +81,7 @@ public struct PackedLineages: Sendable {
             entitlement: state.entitlement.map {
                 PlainLineage.Entitlement(
                     account: $0.account, product: number(of: $0.productId), expiresAt: $0.expiresAt, revokedAt: $0.revokedAt,
-                    endedBecause: $0.endedBecause)
+                    endedBecause: $0.endedBecause, purchasedAt: $0.purchasedAt)
             })
     }
 
@@ -113,11 +114,11 @@ public struct PackedLineages: Sendable {
             entitlement: PlainLineage.Entitlement(
                 account: slot.flags & 8 == 0 ? owner : otherAccounts[lineage] ?? owner, product: slot.product,
                 expiresAt: slot.flags & 0x10 == 0 ? nil : slot.expiresAt, revokedAt: slot.flags & 0x20 == 0 ? nil : slot.revokedAt,
-                endedBecause: EntitlementEndReason(rawValue: slot.ended)))
+                endedBecause: EntitlementEndReason(rawValue: slot.ended), purchasedAt: slot.flags & 0x80 == 0 ? nil : slot.purchasedAt))
     }
 
     private mutating func pack(_ lineage: LineageKey, _ state: PlainLineage) -> Slot {
-        var slot = Slot(account: .zero, expiresAt: 0, revokedAt: 0, product: 0, flags: 0, ended: 0)
+        var slot = Slot(account: .zero, expiresAt: 0, revokedAt: 0, purchasedAt: 0, product: 0, flags: 0, ended: 0)
         var owner: AccountID?
         switch state.binding {
         case .unbound: break
@@ -134,6 +135,7 @@ public struct PackedLineages: Sendable {
             slot.product = entitlement.product
             if let expiresAt = entitlement.expiresAt { (slot.flags, slot.expiresAt) = (slot.flags | 0x10, expiresAt) }
             if let revokedAt = entitlement.revokedAt { (slot.flags, slot.revokedAt) = (slot.flags | 0x20, revokedAt) }
+            if let purchasedAt = entitlement.purchasedAt { (slot.flags, slot.purchasedAt) = (slot.flags | 0x80, purchasedAt) }
             slot.ended = entitlement.endedBecause?.rawValue ?? 0
         }
         return slot
@@ -170,11 +172,14 @@ public struct PlainLineage: Equatable, Sendable {
         public var expiresAt: Timestamp?
         public var revokedAt: Timestamp?
         public var endedBecause: EntitlementEndReason?
+        public var purchasedAt: Timestamp?
 
         public init(
-            account: AccountID, product: UInt32, expiresAt: Timestamp?, revokedAt: Timestamp? = nil, endedBecause: EntitlementEndReason? = nil
+            account: AccountID, product: UInt32, expiresAt: Timestamp?, revokedAt: Timestamp? = nil, endedBecause: EntitlementEndReason? = nil,
+            purchasedAt: Timestamp? = nil
         ) {
             (self.account, self.product, self.expiresAt, self.revokedAt, self.endedBecause) = (account, product, expiresAt, revokedAt, endedBecause)
+            self.purchasedAt = purchasedAt
         }
     }
     public var binding: Binding

@@ -122,9 +122,10 @@ public enum ReadModel {
     // MARK: Lineage
 
     /// u8 flags (bits 0–1 binding: 0 unbound, 1 bound, 2 tombstoned; 4 entitlement; 8 the
-    /// entitlement's account is the binding's; 0x10 expiry; 0x20 revocation; 0x40 end reason) ‖
-    /// [account(16)] ‖ [entitlement: [account(16)] ‖ varint-length product ‖ [zigzag expiry] ‖
-    /// [zigzag revocation] ‖ [u8 end reason]].
+    /// entitlement's account is the binding's; 0x10 expiry; 0x20 revocation; 0x40 an end reason or a
+    /// purchase date; 0x80 is never set: the stored form's marker) ‖ [account(16)] ‖ [entitlement:
+    /// [account(16)] ‖ varint-length product ‖ [zigzag expiry] ‖ [zigzag revocation] ‖ [u8: the end
+    /// reason (0: not ended) | 0x80 a purchase date, never 0] ‖ [zigzag purchase date]].
     public static func encode(_ state: LineageState) -> [UInt8] {
         var w = ByteWriter(capacity: 64)
         var flags: UInt8
@@ -136,7 +137,7 @@ public enum ReadModel {
         }
         if let e = state.entitlement {
             flags |= 4 | (e.account == bound ? 8 : 0) | (e.expiresAt == nil ? 0 : 0x10) | (e.revokedAt == nil ? 0 : 0x20)
-            flags |= e.endedBecause == nil ? 0 : 0x40
+            flags |= e.endedBecause == nil && e.purchasedAt == nil ? 0 : 0x40
         }
         w.u8(flags)
         if let bound { w.key(bound.key) }
@@ -145,7 +146,10 @@ public enum ReadModel {
             w.shortString(e.productId)
             if let expires = e.expiresAt { w.zigzag(expires) }
             if let revoked = e.revokedAt { w.zigzag(revoked) }
-            if let ended = e.endedBecause { w.u8(ended.rawValue) }
+            if e.endedBecause != nil || e.purchasedAt != nil {
+                w.u8((e.endedBecause?.rawValue ?? 0) | (e.purchasedAt == nil ? 0 : 0x80))
+            }
+            if let purchased = e.purchasedAt { w.zigzag(purchased) }
         }
         return w.output
     }
@@ -175,12 +179,19 @@ public enum ReadModel {
                 let expires = flags & 0x10 == 0 ? nil : try r.zigzag()
                 let revoked = flags & 0x20 == 0 ? nil : try r.zigzag()
                 var ended: EntitlementEndReason?
+                var purchased: Int64?
                 if flags & 0x40 != 0 {
-                    let raw = try r.u8()
-                    guard let reason = EntitlementEndReason(rawValue: raw) else { throw DecodingFailure("unknown end reason \(raw)") }
-                    ended = reason
+                    let byte = try r.u8()
+                    let raw = byte & 0x7F
+                    guard byte != 0 else { throw DecodingFailure("an entitlement's end byte says nothing") }
+                    if raw != 0 {
+                        guard let reason = EntitlementEndReason(rawValue: raw) else { throw DecodingFailure("unknown end reason \(raw)") }
+                        ended = reason
+                    }
+                    if byte & 0x80 != 0 { purchased = try r.zigzag() }
                 }
-                entitlement = Entitlement(account: account, productId: product, expiresAt: expires, revokedAt: revoked, endedBecause: ended)
+                entitlement = Entitlement(
+                    account: account, productId: product, expiresAt: expires, revokedAt: revoked, endedBecause: ended, purchasedAt: purchased)
             }
             try r.expectEnd()
             return LineageState(binding: binding, entitlement: entitlement)

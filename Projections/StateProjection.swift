@@ -6,7 +6,9 @@ public enum StateProjection {
     /// Bumped whenever `evolve` or the persisted form (`ReadModel`) changes meaning; a persisted
     /// read model of another version is rebuilt. 2: storage format 2 (16-byte keys, no account lists).
     /// 3: a transfer keeps the lineage's entitlement, ended `transferred` (``LineageState/awaitsRestore``).
-    public static let version: UInt32 = 3
+    /// 4: an entitlement knows the purchase date of the transaction whose period it grants
+    /// (``Entitlement/purchasedAt``).
+    public static let version: UInt32 = 4
 
     /// Folds the events of `records` into `state`.
     public static func fold(records: some Sequence<Record>, into state: LedgerState = LedgerState()) -> LedgerState {
@@ -84,7 +86,8 @@ public enum StateProjection {
             state = LineageState(binding: .bound(account), entitlement: state?.entitlement)
         case .entitlementGranted(let e):
             state = LineageState(
-                binding: state?.binding ?? .unbound, entitlement: Entitlement(account: e.account, productId: e.productId, expiresAt: e.expiresAt))
+                binding: state?.binding ?? .unbound,
+                entitlement: Entitlement(account: e.account, productId: e.productId, expiresAt: e.expiresAt, purchasedAt: e.purchasedAt))
         case .entitlementEnded(_, _, let reason):
             state?.entitlement?.endedBecause = reason
         case .entitlementRevoked(_, _, let revokedAt):
@@ -121,7 +124,8 @@ public enum StateProjection {
             guard let account = event.account else { return }
             state = PlainLineage(
                 binding: state?.binding ?? .unbound,
-                entitlement: PlainLineage.Entitlement(account: account, product: event.product, expiresAt: event.time))
+                entitlement: PlainLineage.Entitlement(
+                    account: account, product: event.product, expiresAt: event.time, purchasedAt: event.purchasedAt))
         case .entitlementEnded:
             state?.entitlement?.endedBecause = event.endReason
         case .entitlementRevoked:

@@ -18,6 +18,9 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
         public var cancellationReason: Int?
         public var webOrderLineItemId: String?
         public var quantity: Int?
+        /// `is_upgraded` ("true"): the entry's subscription was upgraded to another of the group; its
+        /// `cancellation_date` is the time of the upgrade, not a refund.
+        public var isUpgraded: Bool = false
     }
 
     public var status: Int
@@ -73,7 +76,7 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
                     cancellationDateMs: try Self.optionalMs(e, "cancellation_date_ms"),
                     cancellationReason: try Self.optionalCount(e, "cancellation_reason"),
                     webOrderLineItemId: try e.optionalString("web_order_line_item_id"),
-                    quantity: try Self.optionalCount(e, "quantity")))
+                    quantity: try Self.optionalCount(e, "quantity"), isUpgraded: try Self.optionalFlag(e, "is_upgraded")))
         }
     }
 
@@ -89,6 +92,17 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
             throw VerificationError(.invalidPayload, JSONValue.outsideSupportedRange("\(f.context).\(key)"))
         default:
             throw VerificationError(.invalidPayload, JSONValue.millisecondsRequired("\(f.context).\(key)"))
+        }
+    }
+
+    /// A flag as Apple's string ("true" or "false") or a JSON boolean; absent is false.
+    static func optionalFlag(_ f: JSONFields, _ key: String) throws(VerificationError) -> Bool {
+        switch f.value(key) {
+        case nil: return false
+        case .bool(let flag): return flag
+        case .string("true"): return true
+        case .string("false"): return false
+        default: throw f.wrongType(key, "\"true\", \"false\" or a boolean")
         }
     }
 
@@ -148,7 +162,7 @@ extension SignedDataVerifier {
                     inAppOwnershipType: entry.inAppOwnershipType ?? "PURCHASED", environment: environment,
                     signedDate: response.receiptCreationDateMs ?? entry.purchaseDateMs,
                     revocationDate: entry.cancellationDateMs, revocationReason: entry.cancellationReason,
-                    quantity: entry.quantity, webOrderLineItemId: entry.webOrderLineItemId)
+                    quantity: entry.quantity, webOrderLineItemId: entry.webOrderLineItemId, isUpgraded: entry.isUpgraded ? true : nil)
             }
         }
     }

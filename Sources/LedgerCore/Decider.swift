@@ -17,7 +17,7 @@ public enum Decider {
         case .submitTransaction(let submission):
             decision = decideTransaction(submission, state: state, at: at, into: &events)
         case .receiveNotification(let notification):
-            decision = decideNotification(notification, state: state, into: &events)
+            decision = decideNotification(notification, state: state, at: at, into: &events)
         case .deleteAccount(let account):
             decision = decideDeletion(of: account, state: state, into: &events)
         }
@@ -39,27 +39,35 @@ public enum Decider {
 
         switch current.binding {
         case .tombstoned:
-            if let revokedAt = transaction.revocationDate { recordRevocation(at: revokedAt, of: lineage, current, into: &events) }
+            if let revokedAt = refund(transaction) { recordRevocation(at: revokedAt, of: lineage, current, transaction, into: &events) }
             return decided(isReconciliation ? .tombstonedNotification : .lineageTombstoned)
         case .unbound:
             guard let account = submission.account, !isReconciliation else { return decided(.notBound) }
+            // Superseded by the upgrade's own transaction: it neither binds nor grants.
+            if transaction.isUpgraded { return decided(.transactionUpgraded) }
             if transaction.revocationDate != nil { return decided(.transactionRevoked) }
             events.append(.lineageBound(lineage: lineage, account: account))
             events.append(.entitlementGranted(grant(transaction, to: account, lineage: lineage, previous: nil)))
-            return decided(isExpired(transaction, at: at) ? .transactionExpired : .bound)
+            return decided(isExpired(transaction, at: at) ? .boundExpired : .bound)
         case .bound(let owner):
             if let account = submission.account, account != owner { return decided(.boundToAnotherAccount) }
             // Moved by a support transfer: only the bound account's own verified submission grants.
             if current.awaitsRestore, isReconciliation || submission.account != owner {
-                if let revokedAt = transaction.revocationDate { recordRevocation(at: revokedAt, of: lineage, current, into: &events) }
+                if let revokedAt = refund(transaction) { recordRevocation(at: revokedAt, of: lineage, current, transaction, into: &events) }
                 return decided(.awaitingRestore, owner)
             }
+            if transaction.isUpgraded { return decided(.transactionUpgraded, owner) }
             if let revokedAt = transaction.revocationDate {
-                recordRevocation(at: revokedAt, of: lineage, current, into: &events)
+                // A refund of an older period than the entitlement's is recorded (this fact) and revokes nothing.
+                recordRevocation(at: revokedAt, of: lineage, current, transaction, into: &events)
                 return decided(.transactionRevoked, owner)
             }
             // A refund recorded before a transfer stays on the entitlement it kept (``LineageState/awaitsRestore``).
             if isRefunded(transaction, by: current.entitlement) { return decided(.refundedTransaction, owner) }
+            // An older period never reopens an entitlement an expiry notice ended.
+            if let previous = current.visibleEntitlement, endedByExpiry(previous, olderThan: transaction, owner: owner) {
+                return decided(isReconciliation ? .notificationRecorded : .transactionExpired, owner)
+            }
             let granted = grant(transaction, to: owner, lineage: lineage, previous: current.visibleEntitlement)
             let expired = granted.expiresAt.map { $0 <= at } ?? false
             if isReconciliation && expired {
@@ -75,7 +83,7 @@ public enum Decider {
     }
 
     private static func decideNotification(
-        _ notification: NotificationReceived, state: LedgerState, into events: inout [LedgerEvent]
+        _ notification: NotificationReceived, state: LedgerState, at: Timestamp, into events: inout [LedgerEvent]
     ) -> DecisionIssued {
         guard let lineage = notification.lineage, let transaction = notification.transaction else {
             return DecisionIssued(reason: .notificationRecorded, lineage: notification.lineage, account: nil)
@@ -92,7 +100,7 @@ public enum Decider {
         // a transaction from before the refund must never grant again, after a transfer included.
         func recordedWithoutGrant(_ reason: DecisionReason, _ account: AccountID? = nil) -> DecisionIssued {
             if let revokedAt {
-                recordRevocation(at: revokedAt, of: lineage, current, into: &events)
+                recordRevocation(at: revokedAt, of: lineage, current, transaction, into: &events)
             } else if type == "REFUND_REVERSED", let entitlement = current.entitlement, entitlement.revokedAt != nil {
                 events.append(.entitlementReinstated(lineage: lineage, account: entitlement.account))
             }
@@ -106,18 +114,25 @@ public enum Decider {
         }
         // Moved by a support transfer: nothing is granted until the bound account runs Restore Purchases.
         guard let entitlement = current.visibleEntitlement else { return recordedWithoutGrant(.awaitingRestore, owner) }
+        // Superseded by the upgrade's own transaction: it grants, ends and revokes nothing.
+        if transaction.isUpgraded { return decided(.transactionUpgraded, owner) }
         if let revokedAt {
-            guard entitlement.revokedAt == nil else { return decided(.notificationRecorded, owner) }
+            // A refund of an older period than the entitlement's leaves the current period alone.
+            guard entitlement.revokedAt == nil, !entitlement.isOlderPeriod(transaction) else { return decided(.notificationRecorded, owner) }
             events.append(.entitlementRevoked(lineage: lineage, account: owner, revokedAt: revokedAt))
             return decided(.notificationRevoked, owner)
         }
         if extendingNotifications.contains(type) {
             if isRefunded(transaction, by: entitlement) { return decided(.refundedTransaction, owner) }
-            events.append(.entitlementGranted(grant(transaction, to: owner, lineage: lineage, previous: entitlement)))
-            return decided(.notificationExtended, owner)
+            if endedByExpiry(entitlement, olderThan: transaction, owner: owner) { return decided(.notificationRecorded, owner) }
+            let granted = grant(transaction, to: owner, lineage: lineage, previous: entitlement)
+            events.append(.entitlementGranted(granted))
+            // As a renewal of an already expired transaction: recorded, not granted.
+            return decided(granted.expiresAt.map { $0 <= at } ?? false ? .transactionExpired : .notificationExtended, owner)
         }
         if endingNotifications.contains(type) {
-            guard entitlement.endedBecause == nil else { return decided(.notificationRecorded, owner) }
+            // A late expiry notice of an older period (or a stale copy of this one) ends nothing.
+            guard entitlement.endedBecause == nil, !entitlement.isStale(transaction) else { return decided(.notificationRecorded, owner) }
             events.append(.entitlementEnded(lineage: lineage, account: owner, reason: .expired))
             return decided(.notificationEnded, owner)
         }
@@ -145,36 +160,55 @@ public enum Decider {
         return DecisionIssued(reason: .accountDeleted, lineage: nil, account: account)
     }
 
-    /// The grant for `transaction`: the latest verified expiry wins, with its product, so an
-    /// out-of-order older transaction never shortens an entitlement or changes its product.
+    /// The grant for `transaction`: the period of the newest transaction (by purchase date) wins,
+    /// with its product and expiry, so an upgrade takes effect at once (even with an earlier expiry)
+    /// and an out-of-order older transaction (or a stale copy of the same one) never shortens an
+    /// entitlement or changes its product (``Entitlement/isStale(_:)``).
     private static func grant(
         _ transaction: TransactionFacts, to account: AccountID, lineage: LineageKey, previous: Entitlement?
     ) -> EntitlementGranted {
-        if let previous, previous.account == account, previous.revokedAt == nil, let old = previous.expiresAt,
-            let new = transaction.expiresDate, old > new
-        {
-            return EntitlementGranted(lineage: lineage, account: account, productId: previous.productId, expiresAt: old)
+        if let previous, previous.account == account, previous.revokedAt == nil, previous.isStale(transaction) {
+            return EntitlementGranted(
+                lineage: lineage, account: account, productId: previous.productId, expiresAt: previous.expiresAt,
+                purchasedAt: previous.purchasedAt)
         }
         return EntitlementGranted(
-            lineage: lineage, account: account, productId: transaction.productId, expiresAt: transaction.expiresDate)
+            lineage: lineage, account: account, productId: transaction.productId, expiresAt: transaction.expiresDate,
+            purchasedAt: transaction.purchaseDate)
+    }
+
+    /// Whether `entitlement` is `owner`'s, unrevoked, ended by an expiry notice, and `transaction` is
+    /// stale against it: such a transaction must not reopen it.
+    private static func endedByExpiry(_ entitlement: Entitlement, olderThan transaction: TransactionFacts, owner: AccountID) -> Bool {
+        entitlement.account == owner && entitlement.revokedAt == nil && entitlement.endedBecause == .expired
+            && entitlement.isStale(transaction)
     }
 
     /// When `notification` tells of a refund or revocation: a revoking type, or an extending one
-    /// whose transaction carries a revocation date.
+    /// whose transaction carries a revocation date. An upgraded transaction's revocation is the
+    /// upgrade, never a refund.
     private static func revocation(_ notification: NotificationReceived, _ transaction: TransactionFacts) -> Timestamp? {
         let type = notification.notificationType
-        guard revokingNotifications.contains(type) || (extendingNotifications.contains(type) && transaction.revocationDate != nil)
+        guard !transaction.isUpgraded,
+            revokingNotifications.contains(type) || (extendingNotifications.contains(type) && transaction.revocationDate != nil)
         else { return nil }
         return transaction.revocationDate ?? notification.signedDate
     }
 
-    /// Records Apple's revocation at `revokedAt` on the entitlement `current` holds (whoever's it is:
-    /// the bound account's, a deleted owner's or, after a transfer, the previous owner's), unless it
-    /// is revoked already.
+    /// A submitted transaction's refund: its revocation date, unless it is upgraded.
+    private static func refund(_ transaction: TransactionFacts) -> Timestamp? {
+        transaction.isUpgraded ? nil : transaction.revocationDate
+    }
+
+    /// Records Apple's revocation of `transaction` at `revokedAt` on the entitlement `current` holds
+    /// (whoever's it is: the bound account's, a deleted owner's or, after a transfer, the previous
+    /// owner's), unless it is revoked already or `transaction` is of an older period than the
+    /// entitlement's (a past period's refund leaves the period granted now alone).
     private static func recordRevocation(
-        at revokedAt: Timestamp, of lineage: LineageKey, _ current: LineageState, into events: inout [LedgerEvent]
+        at revokedAt: Timestamp, of lineage: LineageKey, _ current: LineageState, _ transaction: TransactionFacts,
+        into events: inout [LedgerEvent]
     ) {
-        guard let entitlement = current.entitlement, entitlement.revokedAt == nil else { return }
+        guard let entitlement = current.entitlement, entitlement.revokedAt == nil, !entitlement.isOlderPeriod(transaction) else { return }
         events.append(.entitlementRevoked(lineage: lineage, account: entitlement.account, revokedAt: revokedAt))
     }
 

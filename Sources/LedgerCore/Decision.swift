@@ -49,6 +49,13 @@ public enum DecisionReason: UInt8, Sendable, CaseIterable {
     /// A support transfer moved the lineage and its bound account has not run Restore Purchases yet:
     /// a notification or reconciliation grants nothing.
     case awaitingRestore = 19
+    /// The transaction is upgraded (Apple's `isUpgraded`): the customer moved to a higher level of
+    /// service, which another transaction of the lineage grants. It grants, binds, ends and revokes
+    /// nothing; its revocation or cancellation date is the upgrade, not a refund.
+    case transactionUpgraded = 20
+    /// An unbound lineage was bound to the account by a transaction that had already expired: the
+    /// subscription is now tied to this account, and grants nothing until it is renewed.
+    case boundExpired = 21
 
     public var outcome: Outcome {
         switch self {
@@ -56,7 +63,7 @@ public enum DecisionReason: UInt8, Sendable, CaseIterable {
         case .boundToAnotherAccount, .lineageTombstoned, .familyShared, .transactionRevoked, .refundedTransaction: .denied
         case .notBound, .tombstonedNotification, .unknownAccount, .awaitingRestore: .ignored
         case .notificationEnded, .notificationRevoked, .notificationRecorded, .transactionExpired, .accountDeleted,
-            .reconciliationEnded:
+            .reconciliationEnded, .transactionUpgraded, .boundExpired:
             .recorded
         }
     }
@@ -73,7 +80,8 @@ public enum DecisionReason: UInt8, Sendable, CaseIterable {
         case .tombstonedNotification: "tombstoned"
         case .transactionRevoked, .refundedTransaction: "revoked"
         case .awaitingRestore: "awaiting-restore"
-        case .transactionExpired: "expired"
+        case .transactionExpired, .boundExpired: "expired"
+        case .transactionUpgraded: "upgraded"
         case .unknownAccount: "unknown-account"
         }
     }
@@ -99,6 +107,10 @@ public enum DecisionReason: UInt8, Sendable, CaseIterable {
         case .notificationRecorded: "Notification recorded; no entitlement changed."
         case .transactionRevoked: "Apple refunded or revoked this transaction; nothing is granted."
         case .transactionExpired: "The subscription had already expired; renew it in the App Store to regain access."
+        case .boundExpired:
+            "The subscription had already expired; it is now tied to this MyRecipes account. Renew it in the App Store to regain access."
+        case .transactionUpgraded:
+            "This transaction was upgraded to another subscription of the same group; it grants nothing. Restore purchases to verify the upgraded subscription."
         case .accountDeleted:
             "Account deleted. Deleting a MyRecipes account does not cancel Apple billing: manage or cancel the subscription in the Apple ID's Subscriptions settings."
         case .unknownAccount: "No MyRecipes account with this identity is known to the ledger; nothing was deleted."

@@ -120,11 +120,16 @@ public struct TransactionFacts: Equatable, Sendable {
     public var environment: String
     public var signedDate: Timestamp
     public var provenance: Provenance
+    /// Apple's `isUpgraded` (legacy receipts: `is_upgraded`): the customer upgraded this transaction's
+    /// subscription to a higher level of service, which another transaction of the lineage grants.
+    /// An upgraded transaction grants nothing, and its revocation or cancellation date is the
+    /// upgrade, not a refund.
+    public var isUpgraded: Bool
 
     public init(
         transactionKey: Key128, productId: String, purchaseDate: Timestamp, expiresDate: Timestamp?,
         revocationDate: Timestamp?, ownership: Ownership, environment: String, signedDate: Timestamp,
-        provenance: Provenance
+        provenance: Provenance, isUpgraded: Bool = false
     ) {
         self.transactionKey = transactionKey
         self.productId = productId
@@ -135,6 +140,7 @@ public struct TransactionFacts: Equatable, Sendable {
         self.environment = environment
         self.signedDate = signedDate
         self.provenance = provenance
+        self.isUpgraded = isUpgraded
     }
 }
 
@@ -178,12 +184,16 @@ public struct EntitlementGranted: Equatable, Sendable {
     public var productId: String
     /// nil: does not expire.
     public var expiresAt: Timestamp?
+    /// The purchase date of the transaction whose period the grant gives (``Entitlement/purchasedAt``);
+    /// nil in a grant recorded before the ledger kept it.
+    public var purchasedAt: Timestamp?
 
-    public init(lineage: LineageKey, account: AccountID, productId: String, expiresAt: Timestamp?) {
+    public init(lineage: LineageKey, account: AccountID, productId: String, expiresAt: Timestamp?, purchasedAt: Timestamp? = nil) {
         self.lineage = lineage
         self.account = account
         self.productId = productId
         self.expiresAt = expiresAt
+        self.purchasedAt = purchasedAt
     }
 }
 

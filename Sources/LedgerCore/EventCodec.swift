@@ -52,8 +52,20 @@ public enum EventCodec {
         var product: String?
         /// The expiry of the record's first transaction (a grant usually repeats it).
         var expires: Timestamp?
+        /// The purchase date of the record's first transaction (a grant usually repeats it as its
+        /// `purchasedAt`).
+        var purchase: Timestamp?
         var sawTransaction = false
     }
+
+    /// Bit of a transaction-submitted's kind byte, and of a notification-received's flags: the
+    /// transaction is upgraded (``TransactionFacts/isUpgraded``).
+    static let submissionUpgraded: UInt8 = 0x40
+    static let notificationUpgraded: UInt8 = 0x08
+    /// Bits of an entitlement-granted's flags: `purchasedAt` is the record's transaction's purchase
+    /// date (no bytes), or it is written out.
+    static let grantRepeatsPurchase: UInt8 = 0x04
+    static let grantPurchase: UInt8 = 0x08
 
     // MARK: Encoding
 
@@ -99,14 +111,16 @@ public enum EventCodec {
             case .transactionSubmitted(let e):
                 let flags = (e.account.map { flag($0) } ?? 0) | flag(e.lineage)
                 w.u8(Tag.transactionSubmitted.rawValue | flags)
-                w.u8(e.kind.rawValue | (e.account == nil ? 0 : 0x80))
+                w.u8(e.kind.rawValue | (e.account == nil ? 0 : 0x80) | (e.transaction.isUpgraded ? EventCodec.submissionUpgraded : 0))
                 if let account = e.account, flags & accountFlag == 0 { w.key(account.key) }
                 if flags & lineageFlag == 0 { w.key(e.lineage.key) }
                 transaction(e.transaction, &w)
             case .notificationReceived(let e):
                 let flags = e.lineage.map { flag($0) } ?? 0
                 w.u8(Tag.notificationReceived.rawValue | flags)
-                w.u8((e.lineage == nil ? 0 : 1) | (e.transaction == nil ? 0 : 2) | (e.subtype == nil ? 0 : 4))
+                w.u8(
+                    (e.lineage == nil ? 0 : 1) | (e.transaction == nil ? 0 : 2) | (e.subtype == nil ? 0 : 4)
+                        | (e.transaction?.isUpgraded == true ? EventCodec.notificationUpgraded : 0))
                 code(e.notificationType, in: EventCodec.notificationTypes, &w)
                 if let subtype = e.subtype { code(subtype, in: EventCodec.notificationSubtypes, &w) }
                 time(e.signedDate, &w)
@@ -120,11 +134,15 @@ public enum EventCodec {
                 let flags = flag(e.lineage) | flag(e.account) | flag(product: e.productId)
                 w.u8(Tag.entitlementGranted.rawValue | flags)
                 let repeatsExpiry = e.expiresAt != nil && e.expiresAt == context.expires && context.sawTransaction
-                w.u8((e.expiresAt == nil ? 0 : 1) | (repeatsExpiry ? 2 : 0))
+                let repeatsPurchase = e.purchasedAt != nil && e.purchasedAt == context.purchase && context.sawTransaction
+                w.u8(
+                    (e.expiresAt == nil ? 0 : 1) | (repeatsExpiry ? 2 : 0)
+                        | (repeatsPurchase ? EventCodec.grantRepeatsPurchase : e.purchasedAt == nil ? 0 : EventCodec.grantPurchase))
                 if flags & lineageFlag == 0 { w.key(e.lineage.key) }
                 if flags & accountFlag == 0 { w.key(e.account.key) }
                 if flags & productFlag == 0 { w.shortString(e.productId) }
                 if let expiresAt = e.expiresAt, !repeatsExpiry { time(expiresAt, &w) }
+                if let purchasedAt = e.purchasedAt, !repeatsPurchase { time(purchasedAt, &w) }
             case .entitlementEnded(let lineage, let account, let reason):
                 simple(.entitlementEnded, lineage: lineage, account: account, &w)
                 w.u8(reason.rawValue)
@@ -241,6 +259,7 @@ public enum EventCodec {
             if !context.sawTransaction {
                 context.sawTransaction = true
                 context.expires = t.expiresDate
+                context.purchase = t.purchaseDate
             }
             let ownership: UInt8 =
                 switch t.ownership {
@@ -385,22 +404,26 @@ public enum EventCodec {
             case .transactionSubmitted:
                 try allow(head, lineageFlag | accountFlag, "transaction-submitted")
                 let kindByte = try r.u8()
-                guard let kind = SubmissionKind(rawValue: kindByte & 0x7F) else { throw DecodingFailure("unknown submission kind \(kindByte)") }
+                guard let kind = SubmissionKind(rawValue: kindByte & 0x3F) else { throw DecodingFailure("unknown submission kind \(kindByte)") }
                 if kindByte & 0x80 == 0 { try allow(head, lineageFlag, "transaction-submitted without an account") }
                 let account = kindByte & 0x80 == 0 ? nil : try self.account(head, &r)
                 let lineage = try self.lineage(head, &r)
-                return .transactionSubmitted(
-                    TransactionSubmitted(kind: kind, account: account, lineage: lineage, transaction: try transaction(&r)))
+                var transaction = try transaction(&r)
+                transaction.isUpgraded = kindByte & EventCodec.submissionUpgraded != 0
+                return .transactionSubmitted(TransactionSubmitted(kind: kind, account: account, lineage: lineage, transaction: transaction))
             case .notificationReceived:
                 try allow(head, lineageFlag, "notification-received")
                 let flags = try r.u8()
-                guard flags & ~7 == 0 else { throw DecodingFailure("notification-received with invalid flags \(flags)") }
+                guard flags & ~15 == 0, flags & 2 != 0 || flags & EventCodec.notificationUpgraded == 0 else {
+                    throw DecodingFailure("notification-received with invalid flags \(flags)")
+                }
                 if flags & 1 == 0 { try allow(head, 0, "notification-received without a lineage") }
                 let type = try code(&r, in: EventCodec.notificationTypes, "notification type")
                 let subtype = flags & 4 == 0 ? nil : try code(&r, in: EventCodec.notificationSubtypes, "notification subtype")
                 let signedDate = try time(&r)
                 let lineage = flags & 1 == 0 ? nil : try self.lineage(head, &r)
-                let transaction = flags & 2 == 0 ? nil : try self.transaction(&r)
+                var transaction = flags & 2 == 0 ? nil : try self.transaction(&r)
+                transaction?.isUpgraded = flags & EventCodec.notificationUpgraded != 0
                 return .notificationReceived(
                     NotificationReceived(
                         notificationType: type, subtype: subtype, signedDate: signedDate, lineage: lineage, transaction: transaction))
@@ -412,7 +435,9 @@ public enum EventCodec {
                 return .lineageBound(lineage: lineage, account: account)
             case .entitlementGranted:
                 let flags = try r.u8()
-                guard flags & ~3 == 0, flags != 2 else { throw DecodingFailure("entitlement-granted with invalid flags \(flags)") }
+                guard flags & ~15 == 0, flags & 3 != 2, flags & 12 != 12 else {
+                    throw DecodingFailure("entitlement-granted with invalid flags \(flags)")
+                }
                 let lineage = try self.lineage(head, &r)
                 let account = try self.account(head, &r)
                 let product = try self.product(head & productFlag != 0, &r)
@@ -429,7 +454,21 @@ public enum EventCodec {
                     }
                     expiresAt = expires
                 }
-                return .entitlementGranted(EntitlementGranted(lineage: lineage, account: account, productId: product, expiresAt: expiresAt))
+                var purchasedAt: Timestamp?
+                if flags & EventCodec.grantRepeatsPurchase != 0 {
+                    guard context.sawTransaction, let purchase = context.purchase else {
+                        throw DecodingFailure("a purchase back-reference without a transaction")
+                    }
+                    purchasedAt = purchase
+                } else if flags & EventCodec.grantPurchase != 0 {
+                    let purchase = try time(&r)
+                    guard !(context.sawTransaction && context.purchase == purchase) else {
+                        throw DecodingFailure("the transaction's purchase date written out instead of referenced")
+                    }
+                    purchasedAt = purchase
+                }
+                return .entitlementGranted(
+                    EntitlementGranted(lineage: lineage, account: account, productId: product, expiresAt: expiresAt, purchasedAt: purchasedAt))
             case .entitlementEnded:
                 let (lineage, account) = try pair(head, &r, "entitlement-ended")
                 let raw = try r.u8()
@@ -596,6 +635,7 @@ public enum EventCodec {
             if !context.sawTransaction {
                 context.sawTransaction = true
                 context.expires = expires
+                context.purchase = purchase
             }
             return TransactionFacts(
                 transactionKey: key, productId: product, purchaseDate: purchase, expiresDate: expires, revocationDate: revocation,

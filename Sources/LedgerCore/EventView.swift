@@ -80,6 +80,12 @@ public struct EventView: Equatable, Sendable {
             set(Present.familyShared, newValue?.familyShared == true)
         }
     }
+    /// A grant's ``EntitlementGranted/purchasedAt`` (kept where a fact keeps its transaction's
+    /// purchase date: a grant has no transaction).
+    public var purchasedAt: Timestamp? {
+        get { kind == .entitlementGranted ? transaction?.purchaseDate : nil }
+        set { transaction = newValue.map { (false, $0) } }
+    }
     /// A grant's expiry, a revocation's time.
     public var time: Timestamp? {
         get { has(Present.time) ? timeValue : nil }
@@ -128,6 +134,7 @@ public struct EventView: Equatable, Sendable {
             self.init(kind: .lineageBound, lineage: lineage, account: account)
         case .entitlementGranted(let e):
             self.init(kind: .entitlementGranted, lineage: e.lineage, account: e.account)
+            purchasedAt = e.purchasedAt
             (time, self.product) = (e.expiresAt, product(e.productId))
         case .entitlementEnded(let lineage, let account, let reason):
             self.init(kind: .entitlementEnded, lineage: lineage, account: account)
@@ -260,6 +267,7 @@ public struct RecordViewDecoder {
         /// Index in `products`.
         var product: Int?
         var expires: Timestamp?
+        var purchase: Timestamp?
         var sawTransaction = false
     }
 
@@ -363,7 +371,7 @@ public struct RecordViewDecoder {
         case .transactionSubmitted:
             try allow(head, both)
             let kindByte = try r.u8()
-            guard let kind = SubmissionKind(rawValue: kindByte & 0x7F) else { throw NotViewed() }
+            guard let kind = SubmissionKind(rawValue: kindByte & 0x3F) else { throw NotViewed() }
             if kindByte & 0x80 == 0 { try allow(head, EventCodec.lineageFlag) }
             let account = kindByte & 0x80 == 0 ? nil : try self.account(head, &r, &context)
             var view = EventView(kind: .transactionSubmitted, lineage: try lineage(head, &r, &context), account: account)
@@ -373,7 +381,7 @@ public struct RecordViewDecoder {
         case .notificationReceived:
             try allow(head, EventCodec.lineageFlag)
             let flags = try r.u8()
-            guard flags & ~7 == 0 else { throw NotViewed() }
+            guard flags & ~15 == 0, flags & 2 != 0 || flags & EventCodec.notificationUpgraded == 0 else { throw NotViewed() }
             if flags & 1 == 0 { try allow(head, 0) }
             try code(&r, EventCodec.notificationTypes.count)
             if flags & 4 != 0 { try code(&r, EventCodec.notificationSubtypes.count) }
@@ -388,7 +396,7 @@ public struct RecordViewDecoder {
             return try pair(.lineageBound, head, &r, &context)
         case .entitlementGranted:
             let flags = try r.u8()
-            guard flags & ~3 == 0, flags != 2 else { throw NotViewed() }
+            guard flags & ~15 == 0, flags & 3 != 2, flags & 12 != 12 else { throw NotViewed() }
             var view = EventView(
                 kind: .entitlementGranted, lineage: try lineage(head, &r, &context), account: try account(head, &r, &context))
             let product = try self.product(head & EventCodec.productFlag != 0, &r, &context)
@@ -401,6 +409,14 @@ public struct RecordViewDecoder {
                 let expires = try time(&r, context)
                 guard !(context.sawTransaction && context.expires == expires) else { throw NotViewed() }
                 view.time = expires
+            }
+            if flags & EventCodec.grantRepeatsPurchase != 0 {
+                guard context.sawTransaction, let purchase = context.purchase else { throw NotViewed() }
+                view.purchasedAt = purchase
+            } else if flags & EventCodec.grantPurchase != 0 {
+                let purchase = try time(&r, context)
+                guard !(context.sawTransaction && context.purchase == purchase) else { throw NotViewed() }
+                view.purchasedAt = purchase
             }
             return view
         case .entitlementEnded:
@@ -466,6 +482,7 @@ public struct RecordViewDecoder {
         if !context.sawTransaction {
             context.sawTransaction = true
             context.expires = expires
+            context.purchase = purchase
         }
         return (flags & 3 == 1, purchase)
     }

@@ -16,16 +16,39 @@ public struct Entitlement: Equatable, Sendable {
     public var revokedAt: Timestamp?
     /// Set when the entitlement ended before its expiry (expiry notice, deletion, transfer).
     public var endedBecause: EntitlementEndReason?
+    /// The purchase date of the transaction whose period the entitlement grants (the period a
+    /// refund, an expiry notice or an older transaction is compared with); nil when granted before
+    /// the ledger kept it, when the period is judged by ``expiresAt``.
+    public var purchasedAt: Timestamp?
 
     public init(
         account: AccountID, productId: String, expiresAt: Timestamp?, revokedAt: Timestamp? = nil,
-        endedBecause: EntitlementEndReason? = nil
+        endedBecause: EntitlementEndReason? = nil, purchasedAt: Timestamp? = nil
     ) {
         self.account = account
         self.productId = productId
         self.expiresAt = expiresAt
         self.revokedAt = revokedAt
         self.endedBecause = endedBecause
+        self.purchasedAt = purchasedAt
+    }
+
+    /// Whether `transaction` belongs to a period older than the one this entitlement grants: it was
+    /// purchased before ``purchasedAt`` or, when that is unknown, it expires before ``expiresAt``.
+    public func isOlderPeriod(_ transaction: TransactionFacts) -> Bool {
+        if let purchasedAt { return transaction.purchaseDate < purchasedAt }
+        guard let old = expiresAt, let new = transaction.expiresDate else { return false }
+        return new < old
+    }
+
+    /// Whether `transaction` must not replace this entitlement's period: it is of an older period
+    /// (``isOlderPeriod(_:)``), or of the same one (same purchase date) with an earlier expiry (a
+    /// copy signed before Apple extended it).
+    public func isStale(_ transaction: TransactionFacts) -> Bool {
+        if isOlderPeriod(transaction) { return true }
+        guard let purchasedAt, transaction.purchaseDate == purchasedAt, let old = expiresAt, let new = transaction.expiresDate
+        else { return false }
+        return new < old
     }
 
     /// Active at `time`: not revoked, not ended, and the latest verified expiry is after `time`.

@@ -380,7 +380,7 @@ public final class Ledger: @unchecked Sendable {
             transactionKey: try store.keys.transaction(environment: environment, transactionId: payload.transactionId),
             productId: payload.productId, purchaseDate: payload.purchaseDate, expiresDate: payload.expiresDate,
             revocationDate: payload.revocationDate, ownership: Ownership(appleValue: payload.inAppOwnershipType),
-            environment: environment, signedDate: payload.signedDate, provenance: provenance)
+            environment: environment, signedDate: payload.signedDate, provenance: provenance, isUpgraded: payload.isUpgraded == true)
     }
 
     // MARK: Queries

@@ -348,15 +348,16 @@ public struct SubmitProtocol: Sendable {
         }
     }
 
-    /// A legacy receipt lists every renewal; the ledger decides on the latest of each lineage.
+    /// A legacy receipt lists every renewal; the ledger decides on the latest of each lineage: an
+    /// entry not upgraded before an upgraded one (whose subscription another entry now grants), then
+    /// the latest purchase, then the latest expiry.
     private func latestPerLineage(_ payloads: [TransactionPayload]) -> [TransactionPayload] {
+        func rank(_ p: TransactionPayload) -> (Int, Int64, Int64) {
+            (p.isUpgraded == true ? 0 : 1, p.purchaseDate, p.expiresDate ?? p.purchaseDate)
+        }
         var latest: [String: TransactionPayload] = [:]
         for payload in payloads {
-            if let current = latest[payload.originalTransactionId],
-                (current.expiresDate ?? current.purchaseDate) >= (payload.expiresDate ?? payload.purchaseDate)
-            {
-                continue
-            }
+            if let current = latest[payload.originalTransactionId], rank(current) >= rank(payload) { continue }
             latest[payload.originalTransactionId] = payload
         }
         return latest.keys.sorted().compactMap { latest[$0] }

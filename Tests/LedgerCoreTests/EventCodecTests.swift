@@ -18,6 +18,13 @@ enum Samples {
         caseId: "CASE-1", lineage: lineage, source: .tombstoned(alice), target: bob, lineageVersion: 9,
         targetAuthentication: "reauth", ownershipEvidence: "order MQ1", reason: "lost phone")
 
+    static var upgraded: TransactionFacts {
+        var upgraded = facts
+        upgraded.isUpgraded = true
+        upgraded.revocationDate = 1_500
+        return upgraded
+    }
+
     static let events: [LedgerEvent] = [
         .transactionSubmitted(TransactionSubmitted(kind: .restore, account: alice, lineage: lineage, transaction: facts)),
         .transactionSubmitted(TransactionSubmitted(kind: .reconciliation, account: nil, lineage: lineage, transaction: facts)),
@@ -71,6 +78,14 @@ enum Samples {
         .decisionIssued(DecisionIssued(reason: .boundToAnotherAccount, lineage: lineage, account: bob)),
         .decisionIssued(DecisionIssued(reason: .accountDeleted, lineage: nil, account: nil)),
         .storeUpgraded(StoreUpgraded(fromFormat: 1, records: 54, headHash: digest(0x33), merkleRoot: digest(0x44), copiedRecords: 17)),
+        // Storage format 2's later bits: an upgraded transaction, a grant's purchase date.
+        .transactionSubmitted(TransactionSubmitted(kind: .renewal, account: alice, lineage: lineage, transaction: upgraded)),
+        .transactionSubmitted(TransactionSubmitted(kind: .reconciliation, account: nil, lineage: lineage, transaction: upgraded)),
+        .notificationReceived(
+            NotificationReceived(notificationType: "REFUND", subtype: nil, signedDate: 5, lineage: lineage, transaction: upgraded)),
+        .entitlementGranted(EntitlementGranted(lineage: lineage, account: alice, productId: "p", expiresAt: 2_000, purchasedAt: 1_000)),
+        .entitlementGranted(EntitlementGranted(lineage: lineage, account: alice, productId: "p", expiresAt: 12, purchasedAt: -7)),
+        .entitlementGranted(EntitlementGranted(lineage: lineage, account: alice, productId: "p", expiresAt: nil, purchasedAt: 3)),
     ]
 
     /// A record holding `events` (sequence 7).
@@ -154,6 +169,51 @@ enum Samples {
         #expect(throws: RecordDecodingError.self) { try RecordCodec.decode(Array(header.dropLast()) + [0x80, 0x00] + fact.output, sequence: 1) }
         // A back-reference before anything was named.
         #expect(throws: RecordDecodingError.self) { try RecordCodec.decode(header + [4 | 0x20 | 0x40], sequence: 1) }
+    }
+
+    /// A grant's purchase date has one encoding: a back-reference when it is the fact's, else written
+    /// out; and the upgrade bit of a notification needs a transaction.
+    @Test func aGrantsPurchaseDateAndTheUpgradeBitAreCanonical() throws {
+        var w = ByteWriter()
+        w.u8(RecordCodec.formatVersion)
+        w.u48(1)
+        w.key(S.key(0xC0))
+        w.zigzag(0)
+        w.varint(0)
+        let header = w.output
+        var fact = ByteWriter()
+        EventCodec.encode([S.purchase[0]], at: 1, into: &fact)
+        let head: UInt8 = 5 | 0x20 | 0x40 | 0x80
+        // The fact's purchase date written out.
+        var writtenOut = ByteWriter()
+        writtenOut.u8(head)
+        writtenOut.u8(1 | 2 | 8)
+        writtenOut.zigzag(S.facts.purchaseDate - 1)
+        #expect(throws: RecordDecodingError.self) { try RecordCodec.decode(header + fact.output + writtenOut.output, sequence: 1) }
+        // Both purchase bits.
+        #expect(throws: RecordDecodingError.self) { try RecordCodec.decode(header + fact.output + [head, 1 | 2 | 4 | 8, 0], sequence: 1) }
+        // A back-reference without a transaction.
+        #expect(throws: RecordDecodingError.self) {
+            try RecordCodec.decode(header + [5, 4] + S.lineage.key.bytes + S.alice.key.bytes + [1, 0x70], sequence: 1)
+        }
+        // The back-reference decodes to the fact's purchase date.
+        let record = S.record([
+            S.purchase[0],
+            .entitlementGranted(
+                EntitlementGranted(
+                    lineage: S.lineage, account: S.alice, productId: S.facts.productId, expiresAt: S.facts.expiresDate,
+                    purchasedAt: S.facts.purchaseDate)),
+        ])
+        let bytes = RecordCodec.encode(record)
+        #expect(bytes.count == RecordCodec.encode(S.record(S.purchase.prefix(1) + [S.purchase[2]])).count, "no bytes for the purchase date")
+        #expect(try RecordCodec.decode(bytes, sequence: 7) == record)
+        // The upgrade bit of a notification without a transaction.
+        var named = ByteWriter()
+        named.u8(2)
+        named.u8(8)
+        named.varint(17)
+        named.zigzag(0)
+        #expect(throws: RecordDecodingError.self) { try RecordCodec.decode(header + named.output, sequence: 1) }
     }
 
     @Test func everyDecisionReasonHasAStableCodeAndMessage() {

@@ -77,9 +77,11 @@ import Testing
             "DID_RENEW", uuid: "u-1", transaction: Fixtures.transaction("6000", transactionId: "6001", at: t + day), at: t + day)
         let refund = Fixtures.notification(
             "REFUND", uuid: "u-1", transaction: Fixtures.transaction("6000", transactionId: "6001", at: t + day, revokedAt: t + day), at: t + day)
-        #expect(send(["type": "notification", "notification": renewal])["decision"] as? String == "granted")
+        // At the business time the notifications speak of: a renewal notice of a transaction already
+        // expired at `at` (the wall clock when the line gives none) is recorded `expired`.
+        #expect(send(["type": "notification", "notification": renewal, "at": t + day])["decision"] as? String == "granted")
         let head = try ledger.store.head().sequence
-        let conflict = send(["type": "notification", "notification": refund])
+        let conflict = send(["type": "notification", "notification": refund, "at": t + day])
         #expect(conflict["decision"] as? String == "invalid")
         #expect(conflict["code"] as? String == "conflict")
         #expect((conflict["message"] as? String)?.contains("u-1") == true)
