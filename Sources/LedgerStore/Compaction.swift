@@ -49,6 +49,26 @@ final class StoreLock: @unchecked Sendable {
         try Self.lock(descriptor, LOCK_SH, directory: directory, busy: .storeBusy(directory: directory.path))
     }
 
+    /// True when another holder has `ledger.lock` in `directory` locked exclusively (an upgrade building
+    /// its new store there); false when the file is missing or free. Takes no lock and creates no file.
+    static func isHeld(in directory: URL) throws -> Bool {
+        let path = directory.appendingPathComponent(fileName).path
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return false }
+            throw FileAccess.failure("open", path, errno)
+        }
+        defer { close(fd) }
+        while flock(fd, LOCK_SH | LOCK_NB) != 0 {
+            let code = errno
+            if code == EINTR { continue }
+            if code == EWOULDBLOCK { return true }
+            throw FileAccess.failure("lock", path, code)
+        }
+        flock(fd, LOCK_UN)
+        return false
+    }
+
     /// Leaves `fd` open on failure: deinit closes it.
     private static func lock(_ fd: Int32, _ operation: Int32, directory: URL, busy: LedgerStoreError) throws {
         while flock(fd, operation | LOCK_NB) != 0 {

@@ -97,6 +97,8 @@ public final class LedgerStore: @unchecked Sendable {
     /// The exclusive lock `create` holds until the store is complete, so a concurrent init or compact
     /// is refused. Throws when `directory` already holds a store, complete or not.
     private static func lockForCreating(_ directory: URL) throws -> StoreLock {
+        // The upgrade creates its store in its own staging directory, which holds the marker.
+        if let leftover = try interruptedCopy(in: directory, markerAllowed: true) { throw leftover }
         if let detail = try interruptedInit(in: directory) {
             // `.partial` files of an init still running are its own: the process creating the store
             // holds the lock (busy), else they are left over from one that was interrupted.
@@ -148,6 +150,32 @@ public final class LedgerStore: @unchecked Sendable {
     static let noMetadata =
         "data.mdb holds no ledger metadata; if this directory held a working ledger, restore data.mdb from your backup instead"
 
+    /// The directory `ledger upgrade` builds the new store in, inside its target (`FormatOneUpgrade`).
+    static let upgradeStagingName = "upgrade.partial"
+    /// The file marking an upgrade's staging directory (its first entry, never moved into the target):
+    /// a directory holding it is refused by every command (``LedgerStoreError/stagingDirectory(directory:command:)``).
+    static let upgradeMarkerName = "upgrade.unfinished"
+    /// The staging directories of the commands that build a store aside and move it into place when
+    /// complete: `ledger upgrade`'s, and `ledger restore`'s (`Backup.stagingDirectoryName`).
+    static let stagingDirectories = [(name: upgradeStagingName, command: "upgrade"), (name: "restore.partial", command: "restore")]
+
+    /// What an interrupted (or running) `ledger upgrade` or `ledger restore` left in `directory`, as
+    /// the error that names it; nil when nothing. `directory` holding the upgrade's marker is its
+    /// staging directory itself; holding a staging directory, it is the target of one that did not
+    /// finish (refused as busy while an upgrade holds its `ledger.lock`, unless `probingLock` is false:
+    /// the caller holds it). `markerAllowed` ignores the marker (`create` in the staging directory).
+    static func interruptedCopy(in directory: URL, probingLock: Bool = true, markerAllowed: Bool = false) throws -> LedgerStoreError? {
+        func exists(_ url: URL, _ name: String) throws -> Bool { try FileAccess.exists(url.appendingPathComponent(name).path) }
+        if !markerAllowed, try exists(directory, upgradeMarkerName) { return .stagingDirectory(directory: directory.path, command: "upgrade") }
+        for (name, command) in stagingDirectories where try exists(directory, name) {
+            let staging = directory.appendingPathComponent(name)
+            if probingLock, command == "upgrade", try StoreLock.isHeld(in: directory) { return .storeBusy(directory: directory.path) }
+            let inPlace = try exists(directory, "data.mdb") && !exists(staging, "data.mdb")
+            return .interruptedCopy(command: command, staging: staging.path, storeInPlace: inPlace)
+        }
+        return nil
+    }
+
     /// What is left of an interrupted `create` in `directory` (with its key files in `keyDirectory`,
     /// default `directory`), described for ``LedgerStoreError/incompleteInit(directory:detail:)``; nil
     /// when there is no sign of one. Throws when a directory cannot be searched (``FileAccess/exists(_:)``).
@@ -191,6 +219,7 @@ public final class LedgerStore: @unchecked Sendable {
         opening directory: URL, keyDirectory: URL? = nil, lock: StoreLock?, readOnlyCopy: Bool = false, readOnlyFileSystem: Bool? = nil
     ) throws {
         let keyDirectory = keyDirectory ?? directory
+        if let leftover = try Self.interruptedCopy(in: directory) { throw leftover }
         if let detail = try Self.interruptedInit(in: directory, keyDirectory: keyDirectory) {
             throw LedgerStoreError.incompleteInit(directory: directory.path, detail: detail)
         }

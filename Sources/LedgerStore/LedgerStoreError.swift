@@ -19,9 +19,15 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
     case wrongSigningKey(path: String, recorded: String, found: String)
     /// `init` was interrupted: key files without the LMDB metadata, or temporary files left over.
     case incompleteInit(directory: String, detail: String)
+    /// `ledger upgrade` or `ledger restore` (`command`) was interrupted: its staging directory `staging`,
+    /// inside the target, is left. `storeInPlace` when the new store had already been moved into the
+    /// target and only the staging directory's removal was cut short (the store is complete).
+    case interruptedCopy(command: String, staging: String, storeInPlace: Bool)
+    /// `directory` is the staging directory of a `ledger upgrade` (`command`): an unfinished copy, never a ledger.
+    case stagingDirectory(directory: String, command: String)
     /// `compact` found another process (or another open store in this process) using the store.
     case storeInUse(directory: String)
-    /// Opening found the store held exclusively by `ledger compact` or `ledger init` in another process.
+    /// Opening found the store held exclusively by `ledger compact`, `ledger init` or `ledger upgrade` in another process.
     case storeBusy(directory: String)
     /// The store was written in storage format 1: it must be upgraded (`ledger upgrade`).
     case formatOne(directory: String)
@@ -44,6 +50,7 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
         case .newerFormat: "newer-format"
         case .missingSigningKey, .wrongSigningKey: "signing-key-file"
         case .incompleteInit: "incomplete-init"
+        case .interruptedCopy, .stagingDirectory: "incomplete-copy"
         case .storeInUse, .storeBusy: "store-in-use"
         case .formatOne: "old-format"
         case .corrupt: "corrupt"
@@ -77,10 +84,16 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
             "the ledger signing key file \(path) does not match the signing key this store recorded (the file's key is ownership-ledger/\(found.prefix(8)), the store's is ownership-ledger/\(recorded.prefix(8)), as in checkpoint origins): restore the matching key from your backup (checkpoints and dispute bundles were signed with it)"
         case .incompleteInit(let directory, let detail):
             "\(directory) holds an incomplete ledger from an interrupted init (\(detail)): remove it and run init again"
+        case .interruptedCopy(let command, let staging, false):
+            "an interrupted `ledger \(command)` left \(staging), an unfinished copy that is not a ledger (the \(command == "restore" ? "backup" : "old store") was not changed): \(command == "restore" ? "unless a restore into this directory is still running, " : "")remove it and run `ledger \(command)` again"
+        case .interruptedCopy(let command, let staging, true):
+            "an interrupted `ledger \(command)` left \(staging) after moving the new store into place: the store is complete; remove \(staging), then use the store"
+        case .stagingDirectory(let directory, let command):
+            "\(directory) is the staging directory of a `ledger \(command)`, an unfinished copy that is not a ledger: never use it as a store; if that upgrade is no longer running, remove it and run `ledger \(command)` again"
         case .storeInUse(let directory):
             "the store \(directory) is in use by another process: stop every process using it (servers, other ledger commands) and try again"
         case .storeBusy(let directory):
-            "the store \(directory) is locked by another process that is compacting or creating it (ledger compact, ledger init): try again when it finishes"
+            "the store \(directory) is locked by another process that is compacting or creating it (ledger compact, ledger init, ledger upgrade): try again when it finishes"
         case .formatOne(let directory):
             "\(directory) holds a ledger in storage format 1, which this ledger no longer opens: run `ledger upgrade --from \(directory) --to NEW_DIRECTORY` (it copies the ledger into format 2 and leaves this store unchanged), then use the new store"
         case .corrupt(let message):

@@ -21,16 +21,7 @@ struct NewKeyFiles {
         try FileAccess.createDirectories(directory)
         let final = [LedgerKeys.fileName, SigningKey.fileName].map { directory.appendingPathComponent($0) }
         let partial = final.map { URL(fileURLWithPath: $0.path + LedgerStore.partialSuffix) }
-        let leftOver = try partial.filter { try FileAccess.exists($0.path) }
-        guard leftOver.isEmpty else {
-            throw LedgerStoreError.incompleteInit(
-                directory: directory.path, detail: leftOver.map(\.lastPathComponent).joined(separator: " and ") + " left over")
-        }
-        let existing = try final.filter { try FileAccess.exists($0.path) }
-        if !existing.isEmpty {
-            guard let keyFiles, existing.count == 2, try FileAccess.readKeyFile(final[0]) == [UInt8](keyFiles.ledgerKey),
-                try keyFiles.signingKey.map({ try FileAccess.readKeyFile(final[1]) == [UInt8]($0) }) ?? true
-            else { throw LedgerStoreError.keysInUse(directory: directory.path) }
+        if try Self.holdsKeys(directory, keyFiles: keyFiles) {
             (keys, signingKey, pending) = (try LedgerKeys.load(from: final[0]), try SigningKey.load(from: final[1]), [])
             return
         }
@@ -47,6 +38,26 @@ struct NewKeyFiles {
             signingKey = try SigningKey.create(at: partial[1])
         }
         pending = Array(zip(partial, final))
+    }
+
+    /// Whether `directory` (missing: none) already holds exactly `keyFiles` (true: they are kept) or
+    /// no key file (false). Throws what creating key files there would: `.partial` files left over
+    /// (``LedgerStoreError/incompleteInit(directory:detail:)``), other key files
+    /// (``LedgerStoreError/keysInUse(directory:)``). Writes nothing.
+    static func holdsKeys(_ directory: URL, keyFiles: LedgerStore.KeyFiles?) throws -> Bool {
+        let final = [LedgerKeys.fileName, SigningKey.fileName].map { directory.appendingPathComponent($0) }
+        let partial = final.map { URL(fileURLWithPath: $0.path + LedgerStore.partialSuffix) }
+        let leftOver = try partial.filter { try FileAccess.exists($0.path) }
+        guard leftOver.isEmpty else {
+            throw LedgerStoreError.incompleteInit(
+                directory: directory.path, detail: leftOver.map(\.lastPathComponent).joined(separator: " and ") + " left over")
+        }
+        let existing = try final.filter { try FileAccess.exists($0.path) }
+        guard !existing.isEmpty else { return false }
+        guard let keyFiles, existing.count == 2, try FileAccess.readKeyFile(final[0]) == [UInt8](keyFiles.ledgerKey),
+            try keyFiles.signingKey.map({ try FileAccess.readKeyFile(final[1]) == [UInt8]($0) }) ?? true
+        else { throw LedgerStoreError.keysInUse(directory: directory.path) }
+        return true
     }
 
     /// Renames the `.partial` files into place and syncs the directory.

@@ -8,7 +8,8 @@ import LedgerCrypto
 ///    environment read-only without LMDB's lock file: no file of the old store is written.
 /// 2. Verifies the old hash chain record by record against its head, and computes the RFC 6962 root
 ///    its checkpoints were signed over (leaf = the stored record bytes).
-/// 3. Creates the new store with the same `ledger.key` and `ledger-signing.key` and configuration,
+/// 3. Creates the new store in a staging directory inside the target (``UpgradeTarget``), with the
+///    same `ledger.key` and `ledger-signing.key` and configuration,
 ///    and appends record 1, `store-upgraded`: the old format, record count, head hash and Merkle root,
 ///    so anyone holding a format-1 checkpoint or the old store can tie it to the new log.
 /// 4. Re-encodes every format-1 batch (one command: a fact with its effects and decision, or one
@@ -21,6 +22,8 @@ import LedgerCrypto
 ///    submission it retried), with attempt 0.
 /// 5. Copies the identity vault (lookup keys truncated to 16 bytes, sealed UIDs as they are), then
 ///    rebuilds the read models and indexes from the new log and verifies the new store.
+/// 6. Syncs it and moves it into place (``UpgradeTarget/moveIntoPlace()``): until then the target
+///    holds no `data.mdb`, so an interrupted upgrade leaves nothing that opens as a ledger.
 public enum FormatOneUpgrade {
     /// What an upgrade did.
     public struct Report: Sendable {
@@ -57,7 +60,9 @@ public enum FormatOneUpgrade {
     /// when `old` has none); without it, in `new`.
     /// `clock` gives the time of the upgrade (record 1's `at`). Throws
     /// ``LedgerStoreError/corrupt(_:)`` when the old chain does not verify (nothing is created then),
-    /// and when the new store does not verify.
+    /// and when the new store does not verify (its staging directory is left for inspection);
+    /// ``LedgerStoreError/interruptedCopy(command:staging:storeInPlace:)`` when an earlier upgrade's
+    /// staging directory is left in `new`. Any other error removes the staging directory.
     public static func upgrade(
         from old: URL, to new: URL, keyDirectory: URL? = nil, clock: () -> Timestamp, progress: ((Phase, UInt64, UInt64) -> Void)? = nil
     ) throws -> Report {
@@ -69,9 +74,34 @@ public enum FormatOneUpgrade {
         let source = try FormatOneSource(directory: old, keyDirectory: keyDirectory)
         // 2. The old chain, before anything is created.
         let summary = try source.verify { progress?(.verifyingOld, $0, $1) }
-        // 3. The new store.
-        let keyFiles = try source.keyFiles()
-        let store = try LedgerStore.create(at: new, keyDirectory: keyDirectory, configuration: summary.configuration, keyFiles: keyFiles)
+        // 3. The new store, built in NEW/upgrade.partial and moved into place once complete.
+        let target = try UpgradeTarget(new, keyDirectory: keyDirectory, keyFiles: try source.keyFiles())
+        let report: Report
+        do {
+            report = try copy(source, summary: summary, into: target.staging, keyFiles: target.keyFiles, clock: clock, progress: progress)
+        } catch let error as LeftForInspection {
+            throw LedgerStoreError.corrupt(
+                "\(error.message): the unfinished copy in \(target.staging.path) is left for inspection (it is not a ledger; remove it before upgrading again); the old store is unchanged"
+            )
+        } catch {
+            target.abandon()
+            throw error
+        }
+        try target.moveIntoPlace()
+        return report
+    }
+
+    /// An upgrade found its own result wrong: the staging directory is kept for inspection.
+    struct LeftForInspection: Error { let message: String }
+
+    /// Steps 3 to 5 into the staging directory `staging`: returns once the store there is complete,
+    /// synced and closed.
+    private static func copy(
+        _ source: FormatOneSource, summary: FormatOneSource.Summary, into staging: URL, keyFiles: LedgerStore.KeyFiles,
+        clock: () -> Timestamp, progress: ((Phase, UInt64, UInt64) -> Void)?
+    ) throws -> Report {
+        let store = try LedgerStore.create(at: staging, configuration: summary.configuration, keyFiles: keyFiles)
+        KillPoint.reached("upgrade-created")
         var appender = try LogAppender(head: LogHead())
         let upgraded = StoreUpgraded(
             fromFormat: 1, records: summary.records, headHash: summary.headHash, merkleRoot: summary.merkleRoot,
@@ -114,11 +144,11 @@ public enum FormatOneUpgrade {
         if let last = batcher.finish() { try add(last) }
         try flush()
         guard appender.head.sequence == 1 + summary.batches else {
-            throw LedgerStoreError.corrupt(
-                "the upgrade wrote \(appender.head.sequence - 1) records after record 1, which announced \(summary.batches): the new store in \(newPath) is left for inspection; the old store is unchanged"
-            )
+            throw LeftForInspection(
+                message: "the upgrade wrote \(appender.head.sequence - 1) records after record 1, which announced \(summary.batches)")
         }
         progress?(.copying, summary.records, summary.records)
+        KillPoint.reached("upgrade-log")
         // 5. The vault, then read models and indexes from the log, then the new store's verify.
         var identities = 0
         try source.forEachIdentity { chunk in
@@ -127,16 +157,133 @@ public enum FormatOneUpgrade {
             try store.write { _, writer in try writer.apply(batch) }
             identities += chunk.count
         }
+        KillPoint.reached("upgrade-vault")
         _ = try store.replay(repair: true) { progress?(.rebuilding, $0, $1) }
+        KillPoint.reached("upgrade-rebuilt")
         let verification = try store.replay(repair: false) { progress?(.verifyingNew, $0, $1) }
         guard verification.isIntact else {
-            throw LedgerStoreError.corrupt(
-                "the upgraded store in \(newPath) does not verify (\((verification.chainFault.map { "\($0)" } ?? "") + (verification.indexDifferences + verification.readModelDifferences).prefix(3).joined(separator: "; "))): it is left for inspection; the old store is unchanged"
+            throw LeftForInspection(
+                message:
+                    "the upgraded store does not verify (\((verification.chainFault.map { "\($0)" } ?? "") + (verification.indexDifferences + verification.readModelDifferences).prefix(3).joined(separator: "; ")))"
             )
         }
+        try store.sync()
         return Report(
             formatOneRecords: summary.records, events: summary.records, records: try store.head().sequence, headHash: summary.headHash,
             merkleRoot: summary.merkleRoot, identities: identities, supersededAttempts: superseded, verification: verification)
+    }
+}
+
+/// Where `ledger upgrade` builds the new store: `NEW/upgrade.partial`, a staging directory whose first
+/// entry is the marker file `upgrade.unfinished` (every command refuses a directory holding it), while
+/// this process holds `NEW/ledger.lock` exclusively (commands on NEW meanwhile are told an upgrade is
+/// running). Only the finished, verified and synced store's files leave it: the key files first, then
+/// `data.mdb`, whose rename into NEW is the moment NEW becomes a ledger. Until then NEW holds no
+/// `data.mdb`, and every command pointed at it names the staging directory
+/// (``LedgerStoreError/interruptedCopy(command:staging:storeInPlace:)``), as does the next upgrade: a
+/// leftover is never removed automatically.
+struct UpgradeTarget {
+    let directory: URL
+    let staging: URL
+    /// Where the new store's key files go: `directory`, or the key directory given.
+    let keyDirectory: URL
+    /// The key files the new store is created with: the old store's, or the same files already in `keyDirectory`.
+    let keyFiles: LedgerStore.KeyFiles
+    /// Whether this upgrade created `directory` (removed again when the upgrade fails).
+    let createdDirectory: Bool
+    private let lock: StoreLock
+
+    init(_ directory: URL, keyDirectory: URL?, keyFiles: LedgerStore.KeyFiles) throws {
+        self.directory = directory
+        staging = directory.appendingPathComponent(LedgerStore.upgradeStagingName)
+        let keyDirectory = keyDirectory ?? directory
+        self.keyDirectory = keyDirectory
+        let created = try !FileAccess.exists(directory.path)
+        createdDirectory = created
+        try FileAccess.createDirectories(directory)
+        let dataFile = directory.appendingPathComponent("data.mdb").path
+        do {
+            do {
+                lock = try StoreLock(directory: directory, mode: .exclusive, busy: .storeBusy(directory: directory.path))
+            } catch LedgerStoreError.storeBusy {
+                // In use: a working ledger, or another upgrade into it (still running).
+                if try FileAccess.exists(dataFile) { throw LedgerStoreError.alreadyInitialized(directory: directory.path) }
+                throw LedgerStoreError.storeBusy(directory: directory.path)
+            }
+            if let leftover = try LedgerStore.interruptedCopy(in: directory, probingLock: false) { throw leftover }
+            if try FileAccess.exists(dataFile) { throw LedgerStoreError.alreadyInitialized(directory: directory.path) }
+            // The key files already there (exactly the old store's) are kept, with their signing key.
+            self.keyFiles = try NewKeyFiles.holdsKeys(keyDirectory, keyFiles: keyFiles) ? LedgerStore.keyFiles(in: keyDirectory) : keyFiles
+        } catch {
+            if created {
+                unlink(directory.appendingPathComponent(StoreLock.fileName).path)
+                rmdir(directory.path)
+            }
+            throw error
+        }
+        guard mkdir(staging.path, 0o700) == 0 else { throw FileAccess.failure("create the directory", staging.path, errno) }
+        let marker = staging.appendingPathComponent(LedgerStore.upgradeMarkerName)
+        do {
+            try FileAccess.createFile(
+                marker,
+                contents: Array(
+                    """
+                    This directory is the unfinished copy of `ledger upgrade` into \(directory.path), started at \(Date()) by process \(getpid()).
+                    It is not a ledger. If that upgrade no longer runs, remove this directory and run the upgrade again.
+
+                    """.utf8))
+            try FileAccess.sync(staging)
+            try FileAccess.sync(directory)
+        } catch {
+            unlink(marker.path)
+            rmdir(staging.path)
+            throw error
+        }
+        KillPoint.reached("upgrade-staged")
+    }
+
+    /// Moves the complete store (closed: no environment open on it) from the staging directory into
+    /// place, syncing the directories, and removes the staging directory.
+    func moveIntoPlace() throws {
+        func path(_ name: String, in url: URL) -> String { url.appendingPathComponent(name).path }
+        for name in ["lock.mdb", StoreLock.fileName] { unlink(path(name, in: staging)) }
+        let names = [LedgerKeys.fileName, SigningKey.fileName]
+        if keyDirectory.standardizedFileURL.path == directory.standardizedFileURL.path {
+            for name in names {
+                guard rename(path(name, in: staging), path(name, in: directory)) == 0 else {
+                    throw FileAccess.failure("move \(path(name, in: staging)) to", path(name, in: directory), errno)
+                }
+            }
+        } else {
+            try LedgerStore.installKeyFiles(try LedgerStore.keyFiles(in: staging), in: keyDirectory)
+            for name in names { unlink(path(name, in: staging)) }
+        }
+        try FileAccess.sync(directory)
+        KillPoint.reached("upgrade-keys-moved")
+        guard rename(path("data.mdb", in: staging), path("data.mdb", in: directory)) == 0 else {
+            throw FileAccess.failure("move \(path("data.mdb", in: staging)) to", path("data.mdb", in: directory), errno)
+        }
+        try FileAccess.sync(directory)
+        KillPoint.reached("upgrade-moved")
+        guard unlink(path(LedgerStore.upgradeMarkerName, in: staging)) == 0 || errno == ENOENT, rmdir(staging.path) == 0 else {
+            throw FileAccess.failure("remove", staging.path, errno)
+        }
+        try FileAccess.sync(directory)
+    }
+
+    /// Removes the staging directory of an upgrade that failed (an error this process caught), and
+    /// `directory` when this upgrade created it and it holds nothing else.
+    func abandon() {
+        let names = [
+            "data.mdb", "lock.mdb", StoreLock.fileName, LedgerKeys.fileName, SigningKey.fileName, LedgerKeys.fileName + LedgerStore.partialSuffix,
+            SigningKey.fileName + LedgerStore.partialSuffix, LedgerStore.upgradeMarkerName,
+        ]
+        for name in names { unlink(staging.appendingPathComponent(name).path) }
+        rmdir(staging.path)
+        if createdDirectory {
+            unlink(directory.appendingPathComponent(StoreLock.fileName).path)
+            rmdir(directory.path)
+        }
     }
 }
 

@@ -180,7 +180,8 @@ public enum Backup {
         guard try FileAccess.exists(backup.path) else { throw BackupError.missing("there is no backup at \(backup.path)") }
         let keysInTarget = keyDirectory.standardizedFileURL.path == target.standardizedFileURL.path
         let created = try prepareEmptyDirectory(
-            target, role: "the restore target", allowed: keysInTarget ? [LedgerKeys.fileName, SigningKey.fileName] : [])
+            target, role: "the restore target", allowed: keysInTarget ? [LedgerKeys.fileName, SigningKey.fileName] : [],
+            staging: stagingDirectoryName)
         let staging = target.appendingPathComponent(stagingDirectoryName)
         do {
             let (keySource, keysRestored) = try keySource(backup: backup, keyDirectory: keyDirectory)
@@ -222,7 +223,9 @@ public enum Backup {
                 throw BackupError.doesNotVerify(
                     "the backup's copy (\(head.sequence) records) is not the log its checkpoint signed (\(checkpoint.size) records)")
             }
+            KillPoint.reached("restore-verified")
             if keysRestored { try LedgerStore.installKeyFiles(try LedgerStore.keyFiles(in: backup), in: keyDirectory) }
+            KillPoint.reached("restore-keys")
             for name in ["lock.mdb", "ledger.lock"] { unlink(staging.appendingPathComponent(name).path) }
             let restored = target.appendingPathComponent(dataFileName)
             guard rename(staged.path, restored.path) == 0 else { throw FileAccess.failure("move \(staged.path) to", restored.path, errno) }
@@ -304,8 +307,9 @@ public enum Backup {
     }
 
     /// Makes `directory` an empty directory of mode 0700, creating it (and its parents) when missing; true
-    /// when created. Refused when it exists holding anything but the names in `allowed`.
-    static func prepareEmptyDirectory(_ directory: URL, role: String, allowed: Set<String>) throws -> Bool {
+    /// when created. Refused when it exists holding anything but the names in `allowed`; holding
+    /// `staging` (the restore's own staging directory) as the leftover of an interrupted restore.
+    static func prepareEmptyDirectory(_ directory: URL, role: String, allowed: Set<String>, staging: String? = nil) throws -> Bool {
         guard try FileAccess.exists(directory.path) else {
             try FileAccess.createDirectories(directory)
             return true
@@ -315,6 +319,11 @@ public enum Backup {
             unexpected = try FileAccess.entries(of: directory.path).filter { !allowed.contains($0) }
         } catch LedgerStoreError.fileAccess(_, _, ENOTDIR) {
             throw BackupError.targetInUse("\(role) \(directory.path) exists and is not a directory")
+        }
+        if let staging, unexpected.contains(staging) {
+            throw LedgerStoreError.interruptedCopy(
+                command: "restore", staging: directory.appendingPathComponent(staging).path,
+                storeInPlace: unexpected.contains(dataFileName))
         }
         if unexpected.contains(dataFileName) {
             throw BackupError.targetInUse(

@@ -16,9 +16,13 @@ struct UpgradeCommand: Subcommand {
         decision, or a support step) becomes one format-2 record, the identity vault is copied, the read
         models and indexes are rebuilt, and the new store is verified. Dispute bundles handed out over
         format-1 records keep verifying with `ledger dispute verify`. Shows progress on a terminal.
+        The new store is built in NEW_DIR/upgrade.partial and moved into NEW_DIR only once complete,
+        verified and synced: an interrupted upgrade leaves no ledger in NEW_DIR, and every command on it,
+        and the next upgrade, names the leftover to remove (docs/operations.md).
         Prints {"from", "to", "formatOneRecords", "records", "events", "identities", "supersededAttempts",
         "headHash", "merkleRoot", "verified"}. Exit 3 when the old chain does not verify (nothing is
-        created) or NEW_DIR already holds a store.
+        created), NEW_DIR already holds a store, or an interrupted upgrade's upgrade.partial is left in it.
+        Both are store directories: to end in PostgreSQL, upgrade into a directory, then `ledger migrate`.
         --keys KEYDIR (or LEDGER_KEYS): the new store keeps its key files in KEYDIR instead of NEW_DIR
         (they are written there when KEYDIR does not hold them yet; KEYDIR holding other keys is refused);
         the old key files are read from OLD_DIR, or from KEYDIR when OLD_DIR has none.
@@ -27,7 +31,13 @@ struct UpgradeCommand: Subcommand {
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         if arguments.value("store") != nil { throw CLIError.usage("upgrade takes --from and --to, not --store") }
-        let (from, to) = (URL(fileURLWithPath: try arguments.required("from")), URL(fileURLWithPath: try arguments.required("to")))
+        let (fromText, toText) = (try arguments.required("from"), try arguments.required("to"))
+        guard !PostgresURL.isURL(toText), !PostgresURL.isURL(fromText) else {
+            throw CLIError.usage(
+                "upgrade reads and writes store directories: upgrade into a directory (--to DIR), then move it into PostgreSQL with `ledger migrate --from DIR --to postgres://…` (docs/operations.md)"
+            )
+        }
+        let (from, to) = (URL(fileURLWithPath: fromText), URL(fileURLWithPath: toText))
         let keys = (arguments.value("keys") ?? ProcessInfo.processInfo.environment[StoreLocation.keysVariable]).flatMap {
             $0.isEmpty ? nil : URL(fileURLWithPath: $0)
         }
