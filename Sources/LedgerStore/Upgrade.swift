@@ -73,7 +73,12 @@ public enum FormatOneUpgrade {
         }
         let source = try FormatOneSource(directory: old, keyDirectory: keyDirectory)
         // 2. The old chain, before anything is created.
-        let summary = try source.verify { progress?(.verifyingOld, $0, $1) }
+        let summary: FormatOneSource.Summary
+        do {
+            summary = try source.verify { progress?(.verifyingOld, $0, $1) }
+        } catch let broken as FormatOneSource.BrokenChain {
+            throw LedgerStoreError.corrupt("\(broken.message); nothing was upgraded")
+        }
         // 3. The new store, built in NEW/upgrade.partial and moved into place once complete.
         let target = try UpgradeTarget(new, keyDirectory: keyDirectory, keyFiles: try source.keyFiles())
         let report: Report
@@ -110,39 +115,18 @@ public enum FormatOneUpgrade {
             recordedAt: summary.firstRecordedAt ?? clock(), at: clock(),
             command: try store.keys.command("upgrade|format 1|\(summary.headHash.hex)"), attempt: 0, events: [.storeUpgraded(upgraded)])
         // 4. Every batch as one record.
-        let latestAttempts = try source.latestAttempts()
-        var caseLineages: [String: LineageKey] = [:]
-        var superseded = 0
         var pending = 0
-        func flush() throws {
+        func flush(_ appender: inout LogAppender) throws {
             let batch = appender.batch
             try store.write { _, writer in try writer.apply(batch) }
             appender.batch = EngineBatch()
             pending = 0
         }
-        func add(_ batch: [FormatOne.Record]) throws {
-            let first = batch[0]
-            var command = first.eventId.prefix128
-            var attempt: UInt32 = 0
-            if let latest = latestAttempts[first.sequence] {
-                (command, attempt) = (latest.submission, latest.attempt)
-            } else if first.event.isFact, try !source.isSubmission(first.eventId) {
-                superseded += 1
-            }
-            if case .transferRequested(let request) = first.event { caseLineages[request.plan.caseId] = request.plan.lineage }
-            try appender.append(
-                recordedAt: first.recordedAt, at: first.recordedAt, command: command, attempt: attempt, events: batch.map(\.event),
-                caseLineage: { caseLineages[$0] })
+        let superseded = try source.reencode(into: &appender, progress: { progress?(.copying, $0, summary.records) }) { appender, _ in
             pending += 1
-            if pending >= groupSize { try flush() }
+            if pending >= groupSize { try flush(&appender) }
         }
-        var batcher = FormatOne.Batcher()
-        try source.forEachRecord { record in
-            for batch in batcher.add(record) { try add(batch) }
-            if record.sequence % 10_000 == 0 { progress?(.copying, record.sequence, summary.records) }
-        }
-        if let last = batcher.finish() { try add(last) }
-        try flush()
+        try flush(&appender)
         guard appender.head.sequence == 1 + summary.batches else {
             throw LeftForInspection(
                 message: "the upgrade wrote \(appender.head.sequence - 1) records after record 1, which announced \(summary.batches)")
@@ -287,6 +271,141 @@ struct UpgradeTarget {
     }
 }
 
+/// The format-1 store given to check an upgraded store against cannot be opened as one.
+public struct UnusableFormatOneStore: Error, CustomStringConvertible, Sendable {
+    public var path: String
+    public var error: LedgerStoreError
+
+    public var description: String {
+        let why: String =
+            switch error {
+            case .notInitialized: "it holds no ledger"
+            case .storeInUse, .storeBusy:
+                "it is in use (by another process, or it is the store being verified): no process may have it open while it is read"
+            case .corrupt(let message): message
+            default: "\(error)"
+            }
+        return "the format-1 store \(path) cannot be used: \(why); give the format-1 store the upgrade started from, which it left unchanged"
+    }
+}
+
+extension FormatOneUpgrade {
+    /// What a format-1 store shows about a store upgraded from it (`ledger verify --checkpoint
+    /// --format-one-store`): whether its log is the one record 1 names, and whether records 2 to
+    /// `copiedRecords` + 1 are byte for byte what the upgrade writes from it.
+    public struct OriginCheck: Sendable {
+        /// A disagreement between the upgraded store and the format-1 store.
+        public struct Difference: Sendable, Equatable {
+            /// The upgraded store's record (1: its `store-upgraded` names another format-1 log).
+            public var sequence: UInt64
+            public var reason: String
+        }
+
+        /// Why the format-1 store's own chain does not verify (then nothing was compared).
+        public var brokenChain: String?
+        /// Records in the format-1 log.
+        public var records: UInt64
+        public var headHash: Digest32
+        public var merkleRoot: Digest32
+        /// The root of the format-1 log's first `size` records (nil when it holds fewer).
+        public var rootAtSize: Digest32?
+        /// Records of the upgraded store compared with the re-encoding of the format-1 log.
+        public var compared: UInt64
+        /// The first disagreement; nil when every record compared is the upgrade's re-encoding.
+        public var difference: Difference?
+
+        /// The format-1 chain verifies, its log is the one record 1 names, and every copied record is
+        /// its re-encoding.
+        public var matches: Bool { brokenChain == nil && difference == nil }
+    }
+
+    /// Checks the upgraded store `reader` reads, whose record 1 is `upgraded`, against the format-1
+    /// store in `old` (opened read-only under its exclusive `ledger.lock`, created empty if missing; no
+    /// other file of it is written, and its key files are not needed): the format-1 chain, its record count, head hash and root
+    /// against record 1's, and each of records 2 to `copiedRecords` + 1 against the record the upgrade
+    /// makes of the same format-1 records (re-encoded as ``upgrade(from:to:keyDirectory:clock:progress:)``
+    /// does, after the store's own record 1). Also gives the format-1 root at `size`, for a format-1
+    /// checkpoint of that size. Throws when `old` cannot be opened as a format-1 store.
+    /// - Complexity: O(format-1 records); memory does not grow with the log.
+    public static func checkOrigin(of reader: any EngineReader, upgraded: StoreUpgraded, from old: URL, size: UInt64) throws -> OriginCheck {
+        let source: FormatOneSource
+        do {
+            source = try FormatOneSource(directory: old, checkingKey: false)
+        } catch let error as LedgerStoreError {
+            throw UnusableFormatOneStore(path: old.path, error: error)
+        }
+        let summary: FormatOneSource.Summary
+        do {
+            summary = try source.verify(rootAt: size) { _, _ in }
+        } catch let broken as FormatOneSource.BrokenChain {
+            return OriginCheck(
+                brokenChain: broken.message, records: 0, headHash: .zero, merkleRoot: .zero, rootAtSize: nil, compared: 0, difference: nil)
+        }
+        var check = OriginCheck(
+            brokenChain: nil, records: summary.records, headHash: summary.headHash, merkleRoot: summary.merkleRoot,
+            rootAtSize: summary.rootAtSize, compared: 0, difference: nil)
+        guard upgraded.records == summary.records, upgraded.headHash == summary.headHash, upgraded.merkleRoot == summary.merkleRoot,
+            upgraded.copiedRecords == summary.batches
+        else {
+            check.difference = .init(
+                sequence: 1,
+                reason:
+                    "record 1 names a format-1 log of \(upgraded.records) records with head hash \(upgraded.headHash.hex) and root "
+                    + "\(upgraded.merkleRoot.hex), copied as \(upgraded.copiedRecords) records; the format-1 store holds \(summary.records) "
+                    + "records with head hash \(summary.headHash.hex) and root \(summary.merkleRoot.hex), \(summary.batches) commands")
+            return check
+        }
+        guard let first = try reader.record(1) else {
+            check.difference = .init(sequence: 1, reason: "record 1 is missing")
+            return check
+        }
+        var appender = try LogAppender(head: LogHead())
+        try appender.append(stored: first)
+        appender.batch = EngineBatch()
+        var difference: OriginCheck.Difference?
+        var compared: UInt64 = 0
+        // The expected records in chunks, each compared with one pass over the same stored records.
+        var pending: [(sequence: UInt64, bytes: [UInt8], formatOne: ClosedRange<UInt64>)] = []
+        func compare() throws {
+            defer { pending.removeAll(keepingCapacity: true) }
+            guard difference == nil, let firstSequence = pending.first?.sequence, let last = pending.last?.sequence else { return }
+            var index = 0
+            try reader.forEachRecord(from: firstSequence, through: last) { sequence, stored in
+                let expected = pending[index]
+                index += 1
+                guard sequence == expected.sequence, stored.elementsEqual(expected.bytes) else {
+                    difference = .init(
+                        sequence: expected.sequence,
+                        reason: "record \(expected.sequence) is not the re-encoding of \(describe(expected.formatOne)): the copied history "
+                            + "was changed after the upgrade")
+                    return false
+                }
+                return index < pending.count
+            }
+            if difference == nil, index < pending.count {
+                let missing = pending[index]
+                difference = .init(
+                    sequence: missing.sequence, reason: "record \(missing.sequence), the re-encoding of \(describe(missing.formatOne)), is missing")
+            }
+        }
+        _ = try source.reencode(into: &appender, progress: { _ in }) { appender, formatOne in
+            guard let (sequence, bytes) = appender.batch.records.last else { return }
+            appender.batch = EngineBatch()
+            compared += 1
+            pending.append((sequence, bytes, formatOne))
+            if pending.count >= 4096 { try compare() }
+        }
+        try compare()
+        check.compared = compared
+        check.difference = difference
+        return check
+    }
+
+    private static func describe(_ formatOne: ClosedRange<UInt64>) -> String {
+        formatOne.count == 1 ? "format-1 record \(formatOne.lowerBound)" : "format-1 records \(formatOne.lowerBound) to \(formatOne.upperBound)"
+    }
+}
+
 extension LedgerEvent {
     /// A fact: the first event of a decided submission (format 1 kept its attempts in `submissions`).
     var isFact: Bool {
@@ -306,17 +425,19 @@ final class FormatOneSource {
     /// Where the old key files are: `directory`, or the key directory given when `directory` has none.
     let keyDirectory: URL
     let lock: StoreLock
-    let keys: LedgerKeys
     let environment: LMDBEnvironment
 
-    init(directory: URL, keyDirectory: URL? = nil) throws {
+    /// Opens the format-1 store in `directory`; with `checkingKey`, its `ledger.key` (in `directory`,
+    /// else in `keyDirectory`) must be the one the store was made with (an upgrade copies it; a check
+    /// of its log needs no key).
+    init(directory: URL, keyDirectory: URL? = nil, checkingKey: Bool = true) throws {
         self.directory = directory
         let beside = try FileAccess.exists(directory.appendingPathComponent(LedgerKeys.fileName).path)
         self.keyDirectory = beside ? directory : keyDirectory ?? directory
         let dataFile = directory.appendingPathComponent("data.mdb").path
         guard try FileAccess.exists(dataFile) else { throw LedgerStoreError.notInitialized(directory: directory.path) }
         lock = try StoreLock(directory: directory, mode: .exclusive, busy: .storeInUse(directory: directory.path))
-        keys = try LedgerKeys.load(from: self.keyDirectory.appendingPathComponent(LedgerKeys.fileName))
+        let keys = checkingKey ? try LedgerKeys.load(from: self.keyDirectory.appendingPathComponent(LedgerKeys.fileName)) : nil
         do {
             environment = try LMDBEnvironment(path: directory.path, databaseNames: Self.databases, mode: .snapshot(required: "meta"))
         } catch let error as LMDBError where error.isNotFound {
@@ -330,11 +451,13 @@ final class FormatOneSource {
         guard format == 1, environment.databases["submissions"] != nil, environment.databases["log"] != nil else {
             if format == LedgerStore.formatVersion {
                 throw LedgerStoreError.corrupt(
-                    "\(directory.path) is already a format-\(LedgerStore.formatVersion) store: there is nothing to upgrade")
+                    checkingKey
+                        ? "\(directory.path) is already a format-\(LedgerStore.formatVersion) store: there is nothing to upgrade"
+                        : "\(directory.path) is a format-\(LedgerStore.formatVersion) store")
             }
             throw LedgerStoreError.corrupt("\(directory.path) is not a format-1 ledger (format \(format.map(String.init) ?? "unknown"))")
         }
-        guard keyCheck == keys.checkValue else {
+        if let keys, keyCheck != keys.checkValue {
             throw LedgerStoreError.wrongKey(path: self.keyDirectory.appendingPathComponent(LedgerKeys.fileName).path)
         }
     }
@@ -366,16 +489,27 @@ final class FormatOneSource {
         var configuration: [UInt8]
         /// The format-2 records the old log becomes: its commands (``FormatOne/Batcher``).
         var batches: UInt64
+        /// The root of the first `rootAt` records, when ``verify(rootAt:progress:)`` was asked for one
+        /// and the log holds that many.
+        var rootAtSize: Digest32?
+    }
+
+    /// The old log does not verify: a record is missing, undecodable, or does not match its hash or
+    /// its predecessor's, or the log does not end at the head its metadata names.
+    struct BrokenChain: Error {
+        var message: String
     }
 
     /// Streams the old log once: each record decodes, is the next sequence, links to the previous
     /// hash and hashes to its stored hash; the last one is the head the metadata names. Counts the
-    /// commands the records group into (the format-2 records the upgrade writes).
-    func verify(progress: (UInt64, UInt64) -> Void) throws -> Summary {
+    /// commands the records group into (the format-2 records the upgrade writes). With `rootAt`,
+    /// also the root of the log's first `rootAt` records. Throws ``BrokenChain`` when the chain does
+    /// not verify.
+    func verify(rootAt size: UInt64? = nil, progress: (UInt64, UInt64) -> Void) throws -> Summary {
         try environment.read { txn in
             guard let headSequence = try txn.get("meta", Array("head-sequence".utf8)).flatMap(u64),
                 let headHash = try txn.get("meta", Array("head-hash".utf8)).flatMap(Digest32.init)
-            else { throw LedgerStoreError.corrupt("\(directory.path): the format-1 metadata has no head") }
+            else { throw BrokenChain(message: "\(directory.path): the format-1 metadata has no head") }
             let hasher = try LogHasher()
             var frontier: [Digest32] = []
             var previous = Digest32.zero
@@ -383,35 +517,80 @@ final class FormatOneSource {
             var first: Timestamp?
             var batcher = FormatOne.Batcher()
             var batches: UInt64 = 0
+            var rootAtSize: Digest32? = size == 0 ? try MerkleLog.emptyRoot() : nil
             try txn.scan("log", from: []) { key, stored in
                 guard let sequence = u64(key), sequence == count + 1 else {
-                    throw LedgerStoreError.corrupt("format-1 record \(count + 1) is missing: the old chain does not verify; nothing was upgraded")
+                    throw BrokenChain(message: "format-1 record \(count + 1) is missing: the old chain does not verify")
                 }
-                let record = try FormatOne.decode(stored, sequence: sequence)
-                let (body, hash) = try FormatOne.split(stored, sequence: sequence)
+                let record: FormatOne.Record
+                let (body, hash): (ArraySlice<UInt8>, Digest32)
+                do throws(RecordDecodingError) {
+                    record = try FormatOne.decode(stored, sequence: sequence)
+                    (body, hash) = try FormatOne.split(stored, sequence: sequence)
+                } catch {
+                    throw BrokenChain(message: "format-1 record \(sequence) does not decode (\(error.reason)): the old chain does not verify")
+                }
                 guard record.previousHash == previous, try Digest.sha256(previous.bytes, Array(body)) == hash.bytes else {
-                    throw LedgerStoreError.corrupt(
-                        "format-1 record \(sequence) does not match its hash or its predecessor's: the old chain does not verify; nothing was upgraded"
-                    )
+                    throw BrokenChain(
+                        message: "format-1 record \(sequence) does not match its hash or its predecessor's: the old chain does not verify")
                 }
                 try MerkleLog.append(try hasher.leafHash(stored), count: count, frontier: &frontier, hasher: hasher) { _, _, _ in }
                 previous = hash
                 count = sequence
+                if sequence == size { rootAtSize = try MerkleLog.root(frontier: frontier, hasher: hasher) }
                 batches += UInt64(batcher.add(record).count)
                 if first == nil { first = record.recordedAt }
                 if sequence % 10_000 == 0 { progress(sequence, headSequence) }
                 return true
             }
             guard count == headSequence, previous == headHash else {
-                throw LedgerStoreError.corrupt(
-                    "the format-1 log ends at record \(count) but its head names record \(headSequence): the old chain does not verify; nothing was upgraded"
-                )
+                throw BrokenChain(
+                    message: "the format-1 log ends at record \(count) but its head names record \(headSequence): the old chain does not verify")
             }
             progress(count, headSequence)
             return Summary(
                 records: count, headHash: headHash, merkleRoot: try MerkleLog.root(frontier: frontier, hasher: hasher), firstRecordedAt: first,
-                configuration: try txn.get("meta", Array("configuration".utf8)) ?? [], batches: batches + (batcher.finish() == nil ? 0 : 1))
+                configuration: try txn.get("meta", Array("configuration".utf8)) ?? [], batches: batches + (batcher.finish() == nil ? 0 : 1),
+                rootAtSize: rootAtSize)
         }
+    }
+
+    /// Re-encodes every format-1 batch (one command) as one format-2 record appended to `appender`,
+    /// which holds record 1 (`store-upgraded`): `at` is the batch's format-1 time, `recordedAt` the
+    /// same made non-decreasing by the appender; the command key is the first 16 bytes of the
+    /// batch's first event id, or for the latest attempt of a retried submission the submission's key
+    /// and attempt from the old `submissions`. Calls `appended` after each record with the format-1
+    /// sequence numbers it holds (the record is the last of `appender.batch.records`). Returns the
+    /// superseded attempts keyed by their own batch id. The same records an upgrade writes, so
+    /// ``FormatOneUpgrade/checkOrigin(of:upgraded:from:size:)`` can compare a store with them.
+    func reencode(
+        into appender: inout LogAppender, progress: (UInt64) -> Void, appended: (inout LogAppender, ClosedRange<UInt64>) throws -> Void
+    ) throws -> Int {
+        let latestAttempts = try latestAttempts()
+        var caseLineages: [String: LineageKey] = [:]
+        var superseded = 0
+        func add(_ batch: [FormatOne.Record], _ appender: inout LogAppender) throws {
+            let first = batch[0]
+            var command = first.eventId.prefix128
+            var attempt: UInt32 = 0
+            if let latest = latestAttempts[first.sequence] {
+                (command, attempt) = (latest.submission, latest.attempt)
+            } else if first.event.isFact, try !isSubmission(first.eventId) {
+                superseded += 1
+            }
+            if case .transferRequested(let request) = first.event { caseLineages[request.plan.caseId] = request.plan.lineage }
+            try appender.append(
+                recordedAt: first.recordedAt, at: first.recordedAt, command: command, attempt: attempt, events: batch.map(\.event),
+                caseLineage: { caseLineages[$0] })
+            try appended(&appender, first.sequence...(batch.last?.sequence ?? first.sequence))
+        }
+        var batcher = FormatOne.Batcher()
+        try forEachRecord { record in
+            for batch in batcher.add(record) { try add(batch, &appender) }
+            if record.sequence % 10_000 == 0 { progress(record.sequence) }
+        }
+        if let last = batcher.finish() { try add(last, &appender) }
+        return superseded
     }
 
     /// Visits every record in order (decoded; the chain was verified by ``verify(progress:)``).

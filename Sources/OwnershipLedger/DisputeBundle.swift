@@ -36,6 +36,9 @@ public enum DisputeBundle {
         public var requestingAccount: AccountID?
         /// Records proven to exist (by leaf hash and inclusion proof) whose content was withheld.
         public var withheld: [UInt64]
+
+        /// The records shown in full, format-2 and format-1 (a bundle holds one kind).
+        public var shownRecords: Int { records.count + formatOneRecords.count }
     }
 
     /// Record kinds `withholdPrivate` leaves out: the transfer plan (its private reason, the target's

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 public import LedgerCore
 public import LedgerCrypto
 import LedgerStore
@@ -132,16 +132,31 @@ public struct CheckpointReport: Sendable {
     /// The RFC 6962 consistency proof from the checkpoint to today's log.
     public var consistencyProof: [[UInt8]]
     /// The consistency proof verifies from the checkpointed root to today's root (for a format-1
-    /// checkpoint: it is the upgraded log's own root, which record 1 carries).
+    /// checkpoint, which no proof joins to today's tree: the format-1 store was given and today's
+    /// log extends the upgrade's re-encoding of it, ``FormatOneCopies/match``).
     public var consistent: Bool
     public var projections: [ProjectionCheck]
     /// The first records whose bytes, hash or order are wrong, if any.
     public var chainFault: ChainFault?
     /// The first record known to be bad before the checkpoint, when it can be located.
     public var firstBadSeq: UInt64?
-    /// The checkpoint was signed over the format-1 log this store was upgraded from, and its size and
-    /// root are the ones record 1 (`store-upgraded`) carries.
+    /// The checkpoint was signed over the format-1 log this store was upgraded from: its size and
+    /// root are the ones record 1 (`store-upgraded`) carries, or the format-1 store given (which
+    /// record 1 names) has that root at that size. It proves the format-1 log, and the store's copied
+    /// records only as ``formatOneCopies`` says.
     public var formatOneOrigin: Bool
+    /// What was found of the records an upgrade copied, against the format-1 store.
+    public enum FormatOneCopies: String, Sendable {
+        /// No format-1 store was given: a format-1 checkpoint covers none of the copied records (not verified).
+        case notChecked = "not-checked"
+        /// The format-1 store's chain verifies, its log is the one record 1 names, and every copied
+        /// record is byte for byte the upgrade's re-encoding of it.
+        case match
+        /// One of those does not hold (`problems` says which; `firstBadSeq` names the record).
+        case differ
+    }
+    /// Set for a format-1 checkpoint (``formatOneOrigin``) and whenever a format-1 store was given; nil otherwise.
+    public var formatOneCopies: FormatOneCopies?
     public var problems: [String]
 
     public var verified: Bool { problems.isEmpty }
@@ -177,10 +192,19 @@ extension Ledger {
     /// Verifies a signed checkpoint against today's log: the signature (by `publicKey`, the store's
     /// signing key by default), the root of the first `size` records, a consistency proof to today's
     /// root, and the projection state hash of a replay of those records with `reducer`.
-    /// Throws ``CheckpointError`` only when the text is not a checkpoint at all.
-    /// - Complexity: O(records).
+    ///
+    /// For a store upgraded from format 1, a checkpoint signed over the format-1 log (record 1,
+    /// `store-upgraded`, names its size and root) proves that log only: the records the upgrade
+    /// copied are covered only when `formatOneStore`, the format-1 store the upgrade left unchanged,
+    /// is given and each copied record is the re-encoding of its format-1 records
+    /// (``FormatOneUpgrade/checkOrigin(of:upgraded:from:size:)``); without it the report is not
+    /// verified (``CheckpointReport/FormatOneCopies/notChecked``). With `formatOneStore`, a format-1
+    /// checkpoint of an earlier size is checked against that store too.
+    /// Throws ``CheckpointError`` only when the text is not a checkpoint at all, and the store's
+    /// errors when `formatOneStore` cannot be opened as a format-1 store.
+    /// - Complexity: O(records), and O(format-1 records) with `formatOneStore`.
     public func verifyCheckpoint(
-        _ text: String, publicKey: Ed25519PublicKey? = nil, reducer: Forensics.Reducer = StateProjection.evolve
+        _ text: String, publicKey: Ed25519PublicKey? = nil, formatOneStore: URL? = nil, reducer: Forensics.Reducer = StateProjection.evolve
     ) throws -> CheckpointReport {
         let parsed = try Checkpoint.parse(text).checkpoint
         let key = try publicKey ?? signer().publicKey
@@ -196,49 +220,111 @@ extension Ledger {
         if parsed.origin != origin {
             problems.append("origin \(parsed.origin) is not this ledger's (\(origin))")
         }
-        let (scan, proof) = try store.read { reader -> (Forensics.LogScan, [[UInt8]]) in
+        let (scan, proof, formatOne) = try store.read { reader -> (Forensics.LogScan, [[UInt8]], FormatOneUpgrade.OriginCheck?) in
             let scan = try Forensics.scan(reader, size: parsed.size, reducer: reducer)
             let proof =
                 parsed.size > 0 && parsed.size < scan.head.sequence
                 ? try MerkleLog.consistencyProof(from: parsed.size, to: scan.head.sequence, reader: reader, hasher: try LogHasher()) : []
-            return (scan, proof)
+            let formatOne = try formatOneStore.flatMap { old in
+                try scan.upgraded.map { try FormatOneUpgrade.checkOrigin(of: reader, upgraded: $0, from: old, size: parsed.size) }
+            }
+            return (scan, proof, formatOne)
         }
         let logSize = scan.head.sequence
+        // Today's root of the first `size` records (nil past the log's end).
+        let here = scan.rootAtSize?.bytes
         var recomputed: [UInt8]?
         var firstBad: UInt64?
         var formatOneOrigin = false
-        if let upgraded = scan.upgraded, upgraded.records == parsed.size, upgraded.merkleRoot.bytes == parsed.rootHash {
-            // A checkpoint of the format-1 log this store was upgraded from: record 1 carries its size and root.
+        var copies: CheckpointReport.FormatOneCopies?
+        var chainFaultReported = false
+        if formatOneStore != nil && scan.upgraded == nil {
+            problems.append("a format-1 store was given, but this store was not upgraded from format 1 (record 1 is not store-upgraded)")
+        }
+        // What the format-1 store shows, whatever the checkpoint: its chain, and the copied records.
+        if let formatOne {
+            copies = formatOne.matches ? .match : .differ
+            if let broken = formatOne.brokenChain { problems.append("the format-1 store: \(broken)") }
+            if let difference = formatOne.difference {
+                firstBad = difference.sequence
+                problems.append(difference.reason)
+            }
+        }
+        let ofFormatOneStore = formatOne?.rootAtSize.map { $0.bytes == parsed.rootHash } ?? false
+        if here == parsed.rootHash {
+            // A checkpoint of this log (a format-2 one, for an upgraded store), whatever its size.
+            recomputed = here
+        } else if let upgraded = scan.upgraded, parsed.size <= upgraded.records,
+            (parsed.size == upgraded.records && upgraded.merkleRoot.bytes == parsed.rootHash)
+                || (ofFormatOneStore && formatOne?.difference?.sequence != 1)
+        {
+            // Signed over the format-1 log this store was upgraded from: record 1 names its final size
+            // and root, and the format-1 store (when given) reproduces the checkpoint's root at its size.
             formatOneOrigin = true
-        } else if let upgraded = scan.upgraded, parsed.size < upgraded.records {
-            // Most likely an earlier checkpoint of the format-1 log: its leaves are not in this log.
-            problems.append(
-                "this store was upgraded from a format-1 log of \(upgraded.records) records (record 1); a checkpoint of that log at "
-                    + "another size is checked against the format-1 store, which the upgrade left unchanged (record 1 carries its final root)")
+            if formatOne == nil {
+                copies = .notChecked
+                problems.append(
+                    "the checkpoint was signed over the format-1 log this store was upgraded from (record 1 names its \(upgraded.records) "
+                        + "records and root): it proves that log only, and records 2 to \(1 + upgraded.copiedRecords) are not covered. "
+                        + "Check them against the format-1 store, which the upgrade left unchanged (ledger verify --format-one-store OLD), "
+                        + "or use a format-2 checkpoint signed after the upgrade")
+            } else if formatOne?.brokenChain == nil && !ofFormatOneStore {
+                problems.append(
+                    "the format-1 store's first \(parsed.size) records do not hash to the checkpoint's root: it is not the format-1 log "
+                        + "the checkpoint was signed over")
+            }
+        } else if let upgraded = scan.upgraded, parsed.size <= upgraded.records {
+            recomputed = here
+            let ofThisLog = here == nil ? "" : ", nor is it the root of this log's first \(parsed.size) records"
+            if parsed.size == upgraded.records {
+                problems.append(
+                    "record 1 names the format-1 log this store was upgraded from: \(upgraded.records) records with root "
+                        + "\(Data(upgraded.merkleRoot.bytes).base64EncodedString()); the checkpoint, of as many records, has another root\(ofThisLog). "
+                        + "If it was signed over that log, the format-1 log was rewritten before the upgrade (which checks only the format-1 "
+                        + "hash chain, and a rewriter recomputes it); otherwise it is not a checkpoint of this ledger")
+            } else if formatOne == nil {
+                let mismatch = here == nil ? "claims more records than this log's \(logSize)" : "does not match this log's first \(parsed.size)"
+                problems.append(
+                    "this store was upgraded from a format-1 log of \(upgraded.records) records (record 1), and the checkpoint of "
+                        + "\(parsed.size) records \(mismatch): if it was signed over the format-1 log at that size, check it against the "
+                        + "format-1 store, which the upgrade left unchanged (ledger verify --format-one-store OLD); otherwise history was "
+                        + "rewritten, or the checkpoint is not of this ledger")
+            }
+            if let formatOne, formatOne.brokenChain == nil {
+                if ofFormatOneStore {
+                    problems.append(
+                        "the format-1 store given is the log the checkpoint was signed over, but record 1 names another: this store was "
+                            + "upgraded from a different or rewritten format-1 log")
+                } else {
+                    problems.append(
+                        "the format-1 store's first \(parsed.size) records do not hash to the checkpoint's root either: history was "
+                            + "rewritten (before the upgrade, or after it), or the checkpoint is not of this ledger")
+                }
+            }
         } else if parsed.size > logSize {
             // No record of this log is to blame: the records the checkpoint claims are not here.
             problems.append(
                 "the checkpoint does not match this log: it claims \(parsed.size) records, the log has \(logSize) "
                     + "(records were removed, or the checkpoint is not of this log)")
-        } else if let root = scan.rootAtSize?.bytes {
+        } else if let root = here {
             recomputed = root
-            if root != parsed.rootHash {
-                if let fault = scan.fault, fault.sequence <= parsed.size {
-                    firstBad = fault.sequence
-                    problems.append(
-                        "the root of the first \(parsed.size) records differs from the checkpoint: history was rewritten; "
-                            + "first bad records \(fault.sequence) to \(fault.through) (\(fault.reason))")
-                } else {
-                    problems.append(
-                        "the root of the first \(parsed.size) records differs from the checkpoint: history before it was rewritten "
-                            + "and the hash chain recomputed, so the rewritten record cannot be located from the checkpoint alone")
-                }
+            if let fault = scan.fault, fault.sequence <= parsed.size {
+                firstBad = min(firstBad ?? fault.sequence, fault.sequence)
+                chainFaultReported = true
+                problems.append(
+                    "the root of the first \(parsed.size) records differs from the checkpoint: history was rewritten; "
+                        + "first bad records \(fault.sequence) to \(fault.through) (\(fault.reason))")
+            } else {
+                problems.append(
+                    "the root of the first \(parsed.size) records differs from the checkpoint: history before it was rewritten "
+                        + "and the hash chain recomputed, so the rewritten record cannot be located from the checkpoint alone")
             }
         }
         let currentRoot = scan.root.bytes
         var consistent = false
         if formatOneOrigin {
-            consistent = true
+            // No consistency proof joins the two trees: the format-1 store joins them, record by record.
+            consistent = copies == .match
         } else if parsed.size == 0 {
             consistent = try parsed.rootHash == MerkleTree.emptyRoot
         } else if parsed.size <= logSize {
@@ -248,13 +334,14 @@ extension Ledger {
         if !consistent && recomputed == parsed.rootHash {
             problems.append("the consistency proof from the checkpoint to today's log does not verify")
         }
-        if let fault = scan.fault, firstBad == nil {
-            if fault.sequence <= parsed.size { firstBad = fault.sequence }
+        if let fault = scan.fault, !chainFaultReported {
+            if fault.sequence <= parsed.size { firstBad = min(firstBad ?? fault.sequence, fault.sequence) }
             problems.append("hash chain: \(fault)")
         }
         var projections: [CheckpointReport.ProjectionCheck] = []
         let replayed = try scan.state.map(Forensics.stateHash)
-        // Past the log's end there is no state of `size` records to compare (the size problem is reported).
+        // Past the log's end there is no state of `size` records to compare (the size problem is
+        // reported); a format-1 checkpoint's state line hashes format-1 read models, never comparable.
         for line in parsed.extensions where !formatOneOrigin && parsed.size <= logSize {
             guard let (version, hash) = Forensics.parseStateLine(line) else { continue }
             guard version == StateProjection.version else {
@@ -277,6 +364,7 @@ extension Ledger {
         return CheckpointReport(
             origin: parsed.origin, size: parsed.size, rootHash: parsed.rootHash, signatureVerified: signatureVerified, logSize: logSize,
             recomputedRoot: recomputed, currentRoot: currentRoot, consistencyProof: formatOneOrigin ? [] : proof, consistent: consistent,
-            projections: projections, chainFault: scan.fault, firstBadSeq: firstBad, formatOneOrigin: formatOneOrigin, problems: problems)
+            projections: projections, chainFault: scan.fault, firstBadSeq: firstBad, formatOneOrigin: formatOneOrigin, formatOneCopies: copies,
+            problems: problems)
     }
 }

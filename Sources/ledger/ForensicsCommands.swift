@@ -299,7 +299,7 @@ struct DisputeCommand: Subcommand {
             for step in verified.timeline { console.out(JSONLine.render(render(step))) }
             var summary: JSONObject = [
                 "verified": true, "origin": verified.origin, "checkpointSize": verified.checkpointSize,
-                "lineage": verified.lineage.description, "records": verified.records.count, "subject": verified.subject,
+                "lineage": verified.lineage.description, "records": verified.shownRecords, "subject": verified.subject,
             ]
             if let account = verified.requestingAccount { summary["requestingAccount"] = account.description }
             if !verified.withheld.isEmpty { summary["withheld"] = verified.withheld }
@@ -318,9 +318,10 @@ enum CheckpointVerification {
         guard let path = arguments.value("checkpoint") else { return nil }
         let text = String(decoding: try readFile(path, option: "--checkpoint"), as: UTF8.self)
         let key = try arguments.value("public-key").map { try KeyFiles.publicKey($0, option: "public-key") }
+        let formatOneStore = arguments.value("format-one-store").map { URL(fileURLWithPath: $0) }
         let report: CheckpointReport
         do {
-            report = try ledger.verifyCheckpoint(text, publicKey: key)
+            report = try ledger.verifyCheckpoint(text, publicKey: key, formatOneStore: formatOneStore)
         } catch let error as CheckpointError {
             return (["verified": false, "problems": ["\(error)"]], false)
         }
@@ -339,6 +340,7 @@ enum CheckpointVerification {
             "problems": report.problems,
         ]
         if let bad = report.firstBadSeq { object["firstBadSeq"] = bad }
+        if let copies = report.formatOneCopies { object["formatOneCopies"] = copies.rawValue }
         return (object, report.verified)
     }
 }
@@ -369,7 +371,7 @@ enum ForensicsDemo {
             try Data(contentsOf: bundle), publicKey: try Ed25519PublicKey(pem: String(decoding: try Data(contentsOf: key), as: UTF8.self)))
         console.out("  ledger dispute verify \(bundle.path) --public-key \(key.path)")
         console.out(
-            "    verified offline: \(verified.records.count) records, each included in checkpoint \(verified.origin) of size "
+            "    verified offline: \(verified.shownRecords) records, each included in checkpoint \(verified.origin) of size "
                 + "\(verified.checkpointSize); \(verified.timeline.count) steps")
     }
 }

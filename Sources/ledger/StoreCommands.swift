@@ -141,7 +141,7 @@ struct VerifyCommand: Subcommand {
     static let name = "verify"
     static let abstract = "Check the hash chain, every invariant, the persisted read models and the indexes."
     static let usage = """
-        Usage: ledger verify [--checkpoint FILE [--public-key KEY]] [--store DIR]
+        Usage: ledger verify [--checkpoint FILE [--public-key KEY] [--format-one-store OLD]] [--store DIR]
 
         Replays the whole log once, in memory that does not grow with the store: every record's
         bytes, order and time, its leaf and chain hash against the head, the stored Merkle nodes; every
@@ -155,12 +155,20 @@ struct VerifyCommand: Subcommand {
         --checkpoint also checks a signed checkpoint (`ledger checkpoint`): its signature (store's signing
         key, or KEY), the root of its first SIZE records, a consistency proof to today's log, and the
         projection state hash of a replay of those records (docs/forensics.md).
+        For a store made by `ledger upgrade`, a checkpoint signed over the format-1 log proves that log
+        only: it verifies (formatOneCopies "match") only with --format-one-store OLD, the format-1 store
+        the upgrade left unchanged, against which every copied record is checked; without it, exit 1
+        (formatOneCopies "not-checked").
         """
-    static let options: Set<String> = ["checkpoint", "public-key"]
+    static let options: Set<String> = ["checkpoint", "public-key", "format-one-store"]
 
     static func run(_ arguments: Arguments, console: Console) throws -> ExitCode {
         if arguments.value("public-key") != nil && arguments.value("checkpoint") == nil {
             throw CLIError.usage("--public-key needs --checkpoint FILE: it is the key that checks the checkpoint's signature")
+        }
+        if arguments.value("format-one-store") != nil && arguments.value("checkpoint") == nil {
+            throw CLIError.usage(
+                "--format-one-store needs --checkpoint FILE: it is the format-1 store a format-1 checkpoint of an upgraded store is checked against")
         }
         // One LMDB environment per process: with --checkpoint the ledger's own store is used.
         let ledger = arguments.value("checkpoint") == nil ? nil : try openLedger(arguments)

@@ -346,6 +346,7 @@ extension CLITests {
         (["account", "--uid", "--store", "--store", "t"], "--uid needs a value"),
         (["account", "--store", "--uid=x"], "--store needs a value"),
         (["verify", "--public-key", "k.pub"], "--public-key needs --checkpoint"),
+        (["verify", "--format-one-store", "old"], "--format-one-store needs --checkpoint"),
         (["dispute", "export", "--original-transaction-id", "1", "--out", "b.json", "--public-key", "k"], "belongs to `dispute verify`"),
         (["dispute", "verify", "b.json", "--public-key", "k", "--out", "x"], "--out belongs to `dispute export`"),
     ])

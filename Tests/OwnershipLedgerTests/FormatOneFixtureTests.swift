@@ -45,5 +45,7 @@ import Testing
         ])
         #expect(result.status == 0, "\(result.stdout) \(result.stderr)")
         #expect(result.json["verified"] as? Bool == true)
+        #expect(bundle.formatOneRecords.count == 18)
+        #expect(result.json["records"] as? Int == bundle.formatOneRecords.count, "the format-1 records shown count: \(result.json)")
     }
 }

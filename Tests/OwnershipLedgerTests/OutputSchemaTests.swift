@@ -124,6 +124,11 @@ import Testing
         expect(try run(["upgrade", "--from", directory.path("old").path, "--to", upgraded]), "upgrade.schema.json")
         expect(try run(["log", "--store", upgraded]), "log.schema.json")
         expect(try run(["verify", "--store", upgraded]), "verify.schema.json")
+        // A format-1 checkpoint: not verified alone (formatOneCopies not-checked), verified with the format-1 store.
+        let formatOneCheckpoint = ["--checkpoint", FormatOneFixture.directory.appendingPathComponent("checkpoint.txt").path]
+        expect(try run(["verify", "--store", upgraded] + formatOneCheckpoint), "verify.schema.json", status: 1)
+        expect(
+            try run(["verify", "--store", upgraded] + formatOneCheckpoint + ["--format-one-store", directory.path("old").path]), "verify.schema.json")
         expect(try run(["compact", "--store", upgraded]), "compact.schema.json")
         expect(try run(["migrate", "--from", upgraded, "--to", directory.path("copy").path]), "migrate.schema.json")
         // A backup without the keys (restore names them) and one with them.

@@ -81,13 +81,18 @@ import Testing
         let entries = audit.lines.map(Fixtures.object)
         #expect(entries.first { $0["kind"] as? String == "transfer-applied" }?["signature"] as? String == "unsigned-format-1")
         #expect(entries.filter { $0["coSignature"] as? String == "not-required-format-1" }.count == 2)
+        // The format-1 checkpoint covers the copied records through the old store, which it leaves unchanged.
         let checkpoint = try LedgerBinary.run([
             "verify", "--store", new.path, "--checkpoint", FormatOneFixture.directory.appendingPathComponent("checkpoint.txt").path,
-            "--public-key", FormatOneFixture.directory.appendingPathComponent("signing.pub").path,
+            "--public-key", FormatOneFixture.directory.appendingPathComponent("signing.pub").path, "--format-one-store", old.path,
         ])
         #expect(checkpoint.status == 0, "\(checkpoint.stdout)")
         let checked = checkpoint.json["checkpoint"] as? [String: Any]
         #expect(checked?["formatOneOrigin"] as? Bool == true && checked?["verified"] as? Bool == true)
+        #expect(checked?["formatOneCopies"] as? String == "match")
+        var afterVerify = try files(old)
+        afterVerify.removeValue(forKey: "ledger.lock")
+        #expect(afterVerify == before, "verify --format-one-store writes no file of the old store")
         // The new store signs with the old key: its checkpoints have the old origin.
         let published = try Ed25519PublicKey(pem: String(decoding: try FormatOneFixture.file("signing.pub"), as: UTF8.self))
         #expect(try ledger.signer().publicKey.rawRepresentation == published.rawRepresentation)
