@@ -62,7 +62,7 @@ public enum RecordJSON {
     private static func formatOneFields(of event: LedgerEvent, wide: FormatOne.WideKeys?) -> JSONObject {
         func lineage(_ key: LineageKey) -> String { key.description + (wide?.lineageSuffix?.hex ?? "") }
         func transaction(_ t: TransactionFacts) -> JSONObject {
-            [
+            var object: JSONObject = [
                 "transactionKey": t.transactionKey.hex + (wide?.transactionKeySuffix?.hex ?? ""), "productId": t.productId,
                 "purchaseDate": LedgerTime.format(t.purchaseDate), "expiresDate": t.expiresDate.map(LedgerTime.format) ?? NSNull(),
                 "revocationDate": t.revocationDate.map(LedgerTime.format) ?? NSNull(), "inAppOwnershipType": t.ownership.appleValue,
@@ -70,6 +70,8 @@ public enum RecordJSON {
                 "provenance": t.provenance == .verifiedJWS
                     ? "verified-jws" : t.provenance == .trustedDecoded ? "trusted-decoded" : "legacy-receipt",
             ]
+            if t.isUpgraded { object["isUpgraded"] = true }
+            return object
         }
         switch event {
         case .transactionSubmitted(let e):
@@ -90,10 +92,12 @@ public enum RecordJSON {
         case .lineageTombstoned(let key, let account):
             return ["lineage": lineage(key), "formerAccount": account.description]
         case .entitlementGranted(let e):
-            return [
+            var object: JSONObject = [
                 "lineage": lineage(e.lineage), "account": e.account.description, "productId": e.productId,
                 "expiresAt": e.expiresAt.map(LedgerTime.format) ?? NSNull(),
             ]
+            if let purchasedAt = e.purchasedAt { object["purchasedAt"] = LedgerTime.format(purchasedAt) }
+            return object
         case .entitlementEnded(let key, let account, let reason):
             return ["lineage": lineage(key), "account": account.description, "reason": reason.name]
         case .entitlementRevoked(let key, let account, let revokedAt):

@@ -318,6 +318,17 @@ DECISIONS = {
         "awaiting-restore",
         "This subscription was moved to this MyRecipes account by support; it grants nothing until the account runs Restore Purchases.",
     ),
+    20: (
+        "recorded",
+        "upgraded",
+        "This transaction was upgraded to another subscription of the same group; it grants nothing. Restore purchases to verify the "
+        "upgraded subscription.",
+    ),
+    21: (
+        "recorded",
+        "expired",
+        "The subscription had already expired; it is now tied to this MyRecipes account. Renew it in the App Store to regain access.",
+    ),
 }
 BOUND_TO_ANOTHER_ACCOUNT, FAMILY_SHARED = 3, 5
 
@@ -408,7 +419,7 @@ class RecordDecoder:
 
     def __init__(self, at):
         self.at = at
-        self.lineage = self.account = self.product = self.expires = None
+        self.lineage = self.account = self.product = self.expires = self.purchase = None
         self.saw_transaction = False
         self.inside_proposal = False
         # What the rules need besides the JSON: times in milliseconds, decision reasons, plan bytes.
@@ -502,7 +513,7 @@ class RecordDecoder:
         else:
             raise DecodingError("unknown ownership code 3")
         if not self.saw_transaction:
-            self.saw_transaction, self.expires = True, expires
+            self.saw_transaction, self.expires, self.purchase = True, expires, purchase
         raw["purchaseDate"] = purchase
         return {
             "transactionKey": key, "productId": product, "purchaseDate": format_time(purchase),
@@ -542,7 +553,7 @@ class RecordDecoder:
         if tag == 1:
             self.allow(head, LINEAGE | ACCOUNT, name)
             kind_byte = r.u8()
-            kind = KINDS.get(kind_byte & 0x7F)
+            kind = KINDS.get(kind_byte & 0x3F)
             if kind is None:
                 raise DecodingError(f"unknown submission kind {kind_byte}")
             if kind_byte & 0x80 == 0:
@@ -550,12 +561,14 @@ class RecordDecoder:
             account = self.read_account(head, r) if kind_byte & 0x80 else None
             fields = {"kind": kind, "lineage": self.read_lineage(head, r)}
             fields["transaction"] = self.transaction(r, raw)
+            if kind_byte & 0x40:
+                fields["transaction"]["isUpgraded"] = True
             if account is not None:
                 fields["account"] = account
         elif tag == 2:
             self.allow(head, LINEAGE, name)
             flags = r.u8()
-            if flags & ~7:
+            if flags & ~15 or (flags & 8 and not flags & 2):
                 raise DecodingError(f"{name} with invalid flags {flags}")
             if flags & 1 == 0:
                 self.allow(head, 0, name + " without a lineage")
@@ -567,6 +580,8 @@ class RecordDecoder:
                 fields["lineage"] = self.read_lineage(head, r)
             if flags & 2:
                 fields["transaction"] = self.transaction(r, raw)
+                if flags & 8:
+                    fields["transaction"]["isUpgraded"] = True
         elif tag in (3, 10):
             self.allow(head, ACCOUNT, name)
             fields = {"account": self.read_account(head, r)}
@@ -575,7 +590,7 @@ class RecordDecoder:
             fields = {"lineage": lineage, "account": account}
         elif tag == 5:
             flags = r.u8()
-            if flags & ~3 or flags == 2:
+            if flags & ~15 or flags & 3 == 2 or flags & 12 == 12:
                 raise DecodingError(f"{name} with invalid flags {flags}")
             fields = {"lineage": self.read_lineage(head, r), "account": self.read_account(head, r)}
             fields["productId"] = self.read_product(head & PRODUCT, r)
@@ -590,6 +605,15 @@ class RecordDecoder:
                     raise DecodingError("the transaction's expiry written out instead of referenced")
             fields["expiresAt"] = None if expires is None else format_time(expires)
             raw["expiresAt"] = expires
+            if flags & 4:
+                if not self.saw_transaction:
+                    raise DecodingError("a purchase back-reference without a transaction")
+                fields["purchasedAt"] = format_time(self.purchase)
+            elif flags & 8:
+                purchase = self.time(r)
+                if self.saw_transaction and self.purchase == purchase:
+                    raise DecodingError("the transaction's purchase date written out instead of referenced")
+                fields["purchasedAt"] = format_time(purchase)
         elif tag == 6:
             lineage, account = self.pair(head, r, name)
             reason = END_REASONS.get(r.u8())

@@ -193,6 +193,36 @@ import Testing
         #expect(quiet.status == 0 && quiet.stderr.isEmpty, "\(quiet.stderr)")
     }
 
+    /// An upgrade through the binary: the new tier takes effect at once, the upgraded-away
+    /// transaction grants nothing, and `ledger log` shows both facts (the grant's period, the flag).
+    @Test func anUpgradeThroughTheBinaryTakesEffectAndTheLogShowsWhy() throws {
+        defer { directory.remove() }
+        try initStore()
+        var yearly = Fixtures.transaction("4300", at: t, days: 365)
+        yearly["productId"] = "com.myrecipes.basic.yearly"
+        var premium = Fixtures.transaction("4300", transactionId: "4301", at: t + 4 * day)
+        premium["productId"] = "com.myrecipes.premium.monthly"
+        var upgradedAway = yearly
+        upgradedAway["isUpgraded"] = true
+        upgradedAway["signedDate"] = t + 5 * day
+        let answers = try submit([
+            ["type": "purchase", "account": "una", "transaction": yearly, "at": t],
+            ["type": "purchase", "account": "una", "transaction": premium, "at": t + 4 * day],
+            ["type": "restore", "account": "una", "transaction": upgradedAway, "at": t + 5 * day],
+        ])
+        #expect(answers.map { $0["decision"] as? String } == ["granted", "granted", "recorded"])
+        #expect(answers[2]["code"] as? String == "upgraded", "\(answers[2])")
+        let entitlement = (answers[1]["entitlement"] as? [String: Any]) ?? [:]
+        #expect(entitlement["productId"] as? String == "com.myrecipes.premium.monthly", "\(answers[1])")
+        #expect(entitlement["expiresAt"] as? String == LedgerTime.format(t + 34 * day))
+        let account = try LedgerBinary.run(["account", "--uid", "una", "--store", store])
+        #expect(account.stdout.contains("com.myrecipes.premium.monthly") && !account.stdout.contains("basic.yearly"), "\(account.stdout)")
+        let log = try LedgerBinary.run(["log", "--store", store]).stdout
+        #expect(log.contains(#""purchasedAt":"\#(LedgerTime.format(t + 4 * day))""#), "\(log)")
+        #expect(log.contains(#""isUpgraded":true"#), "\(log)")
+        #expect(try LedgerBinary.run(["verify", "--store", store]).status == 0)
+    }
+
     @Test func twoProcessesAppendingConcurrentlyLeaveAGaplessVerifiedChain() throws {
         defer { directory.remove() }
         try initStore()
