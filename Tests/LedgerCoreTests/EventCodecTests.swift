@@ -140,16 +140,21 @@ enum Samples {
         #expect(whole - fact == 5, "binding 1 byte, grant 2 (head and flags), decision 2 (head and reason)")
     }
 
-    /// A value written out where the format has a back-reference (or a code) has a second encoding:
-    /// refused, so every record has exactly one.
-    @Test func nonCanonicalEncodingsAreRefused() throws {
+    /// A record's header (format, sequence 1, a command key, times 0) before the events a test writes.
+    static var recordHeader: [UInt8] {
         var w = ByteWriter()
         w.u8(RecordCodec.formatVersion)
         w.u48(1)
         w.key(S.key(0xC0))
         w.zigzag(0)
         w.varint(0)
-        let header = w.output
+        return w.output
+    }
+
+    /// A value written out where the format has a back-reference (or a code) has a second encoding:
+    /// refused, so every record has exactly one.
+    @Test func nonCanonicalEncodingsAreRefused() throws {
+        let header = Self.recordHeader
         // The fact, then a binding that writes the fact's lineage and account out.
         var fact = ByteWriter()
         EventCodec.encode([S.purchase[0]], at: 1, into: &fact)
@@ -174,13 +179,7 @@ enum Samples {
     /// A grant's purchase date has one encoding: a back-reference when it is the fact's, else written
     /// out; and the upgrade bit of a notification needs a transaction.
     @Test func aGrantsPurchaseDateAndTheUpgradeBitAreCanonical() throws {
-        var w = ByteWriter()
-        w.u8(RecordCodec.formatVersion)
-        w.u48(1)
-        w.key(S.key(0xC0))
-        w.zigzag(0)
-        w.varint(0)
-        let header = w.output
+        let header = Self.recordHeader
         var fact = ByteWriter()
         EventCodec.encode([S.purchase[0]], at: 1, into: &fact)
         let head: UInt8 = 5 | 0x20 | 0x40 | 0x80

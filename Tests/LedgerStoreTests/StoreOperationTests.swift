@@ -27,15 +27,13 @@ import Testing
         return done.wait(timeout: .now() + seconds) == .success ? result : nil
     }
 
-    @Test func aQueryProceedsWhileAWriterHoldsItsTransactionOpen() throws {
-        let (ledger, directory) = try Fixtures.ledger()
-        defer { directory.remove() }
-        try purchase(ledger, "1", uid: "alice", at: t)
+    /// A writer of `ledger` paused inside its transaction (as a stopped or slow `ledger submit` would
+    /// be) once this returns; calling the result lets it commit and waits until it has.
+    func pausedWriter(_ ledger: Ledger) -> () -> Void {
         let entered = DispatchSemaphore(value: 0)
         let release = DispatchSemaphore(value: 0)
         let writerDone = DispatchSemaphore(value: 0)
         DispatchQueue.global().async {
-            // A writer paused inside its transaction (as a stopped or slow `ledger submit` would be).
             _ = try? ledger.store.write { _, _ in
                 entered.signal()
                 release.wait()
@@ -43,10 +41,18 @@ import Testing
             writerDone.signal()
         }
         entered.wait()
-        defer {
+        return {
             release.signal()
             writerDone.wait()
         }
+    }
+
+    @Test func aQueryProceedsWhileAWriterHoldsItsTransactionOpen() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        try purchase(ledger, "1", uid: "alice", at: t)
+        let resume = pausedWriter(ledger)
+        defer { resume() }
         // Another thread of this process reads meanwhile.
         let readDone = DispatchSemaphore(value: 0)
         nonisolated(unsafe) var state: String?
@@ -69,23 +75,12 @@ import Testing
     @Test func aWriterWaitingForAnotherProcesssWriteSaysSo() throws {
         let (ledger, directory) = try Fixtures.ledger()
         defer { directory.remove() }
-        let entered = DispatchSemaphore(value: 0)
-        let release = DispatchSemaphore(value: 0)
-        let writerDone = DispatchSemaphore(value: 0)
-        DispatchQueue.global().async {
-            _ = try? ledger.store.write { _, _ in
-                entered.signal()
-                release.wait()
-            }
-            writerDone.signal()
-        }
-        entered.wait()
+        let resume = pausedWriter(ledger)
         let line = Fixtures.line(["type": "purchase", "account": "ann", "transaction": Fixtures.transaction("6200", at: t), "at": t])
         let waiting = try LedgerBinary.start(["submit", "--trust-decoded", "--store", directory.path("store").path], stdin: line + "\n")
         // Held well past the 5-second notice (a guard for a slow start, not a timing assertion).
         Thread.sleep(forTimeInterval: 12)
-        release.signal()
-        writerDone.wait()
+        resume()
         let result = try #require(finished(waiting, within: 60))
         #expect(result.status == 0 && result.json["decision"] as? String == "granted", "\(result.stdout) \(result.stderr)")
         #expect(result.stderr.contains("waiting for another process's write to this store to finish"), "\(result.stderr)")

@@ -35,12 +35,7 @@ import Testing
 
     func head() throws -> UInt64 { try ledger.store.head().sequence }
 
-    func expectIntact() throws {
-        let report = try ledger.store.replay()
-        #expect(report.chainFault == nil)
-        #expect(report.violations == [])
-        #expect(report.readModelDifferences == [])
-    }
+    func expectIntact() throws { try ledger.expectIntact() }
 
     @Test func purchaseBindsAndGrantsToTheAuthenticatedAccountOnly() throws {
         defer { directory.remove() }

@@ -62,20 +62,9 @@ import Testing
     }
 
     /// The products `uid` is entitled to through lineage 1001 at `at`, judged on the present state.
-    func activeProducts(_ uid: String, at: Int64) throws -> [String] {
-        guard let account = try ledger.pseudonym(ofUID: uid) else { return [] }
-        let lineage = try ledger.lineage(originalTransactionId: "1001")
-        let state = try ledger.state(lineages: [lineage], accounts: [account], asOf: nil).lineage(lineage)
-        guard let entitlement = state.activeEntitlement(at: at), entitlement.account == account else { return [] }
-        return [entitlement.productId]
-    }
+    func activeProducts(_ uid: String, at: Int64) throws -> [String] { try ledger.activeProducts(uid, through: "1001", at: at) }
 
-    func expectIntact() throws {
-        let report = try ledger.store.replay()
-        #expect(report.chainFault == nil)
-        #expect(report.violations == [])
-        #expect(report.readModelDifferences == [])
-    }
+    func expectIntact() throws { try ledger.expectIntact() }
 
     /// alice buys lineage 1001 at t and refunds it at t + 1 day.
     func refunded() {

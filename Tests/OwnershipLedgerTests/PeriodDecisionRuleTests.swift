@@ -67,21 +67,10 @@ import Testing
         return try ledger.state(lineages: [lineage], accounts: [], asOf: nil).lineage(lineage).entitlement
     }
 
-    /// The products `uid` is entitled to through lineage 1001 at `at`.
-    func activeProducts(_ uid: String, at: Int64) throws -> [String] {
-        guard let account = try ledger.pseudonym(ofUID: uid) else { return [] }
-        let lineage = try ledger.lineage(originalTransactionId: "1001")
-        let state = try ledger.state(lineages: [lineage], accounts: [account], asOf: nil).lineage(lineage)
-        guard let entitlement = state.activeEntitlement(at: at), entitlement.account == account else { return [] }
-        return [entitlement.productId]
-    }
+    /// The products `uid` is entitled to through lineage 1001 at `at`, judged on the present state.
+    func activeProducts(_ uid: String, at: Int64) throws -> [String] { try ledger.activeProducts(uid, through: "1001", at: at) }
 
-    func expectIntact() throws {
-        let report = try ledger.store.replay()
-        #expect(report.chainFault == nil)
-        #expect(report.violations == [])
-        #expect(report.readModelDifferences == [])
-    }
+    func expectIntact() throws { try ledger.expectIntact() }
 
     /// alice buys a yearly basic subscription at t, then upgrades at t + 4 days to premium monthly
     /// (same lineage; expires at t + 34 days, long before the yearly would have).

@@ -66,12 +66,7 @@ import Testing
         try ledger.account(uid: uid, at: at).entitlements.filter(\.active).map(\.productId)
     }
 
-    func expectIntact() throws {
-        let report = try ledger.store.replay()
-        #expect(report.chainFault == nil)
-        #expect(report.violations == [])
-        #expect(report.readModelDifferences == [])
-    }
+    func expectIntact() throws { try ledger.expectIntact() }
 
     /// Appends events as they are (one record), bypassing every safeguard, then repairs the read models.
     func appendRaw(_ events: [LedgerEvent], at: Int64) throws { try ledger.appendRaw(events, at: at) }
