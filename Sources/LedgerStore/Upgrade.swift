@@ -131,7 +131,7 @@ public enum FormatOneUpgrade {
         let verification = try store.replay(repair: false) { progress?(.verifyingNew, $0, $1) }
         guard verification.isIntact else {
             throw LedgerStoreError.corrupt(
-                "the upgraded store in \(newPath) does not verify (\((verification.chainFault.map { "\($0)" } ?? "") + (verification.indexDifferences + verification.readModelDifferences).prefix(3).joined(separator: "; "))): it is left for inspection; the old store is unchanged"
+                "the upgraded store in \(newPath) does not verify (\((verification.chainFault.map { "\($0)" } ?? "") + (verification.indexDifferences + verification.readModelDifferences + verification.vaultDifferences).prefix(3).joined(separator: "; "))): it is left for inspection; the old store is unchanged"
             )
         }
         return Report(

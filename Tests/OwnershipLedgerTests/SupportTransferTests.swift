@@ -71,6 +71,7 @@ import Testing
         #expect(report.chainFault == nil)
         #expect(report.violations == [])
         #expect(report.readModelDifferences == [])
+        #expect(report.vaultDifferences == [])
     }
 
     /// Appends events as they are (one record), bypassing every safeguard, then repairs the read models.
