@@ -14,7 +14,7 @@ demo: build
 
 # The whole suite on the embedded store, then the behavioural suites again on PostgreSQL (a throwaway
 # cluster per test process; docs/testing.md), so the two engines cannot drift.
-PG_SUITES = ContractScenarioTests|PipelinedSubmitTests|ForensicsTests|SupportTransferTests|IdempotencyTests|DecisionRuleTests|PropertyTests|GroupCommitterTests|AuthenticatedCallerTests
+PG_SUITES = ContractScenarioTests|IdentityVaultTests|PipelinedSubmitTests|ForensicsTests|SupportTransferTests|IdempotencyTests|DecisionRuleTests|PropertyTests|GroupCommitterTests|AuthenticatedCallerTests
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build

@@ -37,9 +37,31 @@ public enum SealedBox {
 
     /// Decrypts what ``seal(_:key:)`` produced; throws when the key is wrong or a byte changed.
     public static func open(_ sealed: [UInt8], key: [UInt8]) throws -> [UInt8] {
+        switch try unseal(sealed, key: key) {
+        case .plaintext(let plaintext): return plaintext
+        case .notAuthentic(let error): throw error
+        }
+    }
+
+    /// ``open(_:key:)`` of a value read back from storage, which may have been changed: nil when it is
+    /// not what `seal` made under `key` (too short to be sealed, a byte changed, sealed under another
+    /// key). Throws only when libcrypto itself fails (an unusable installation or configuration),
+    /// which says nothing about the value, so a caller never reports that as a damaged value.
+    public static func openIfAuthentic(_ sealed: [UInt8], key: [UInt8]) throws -> [UInt8]? {
+        if case .plaintext(let plaintext) = try unseal(sealed, key: key) { return plaintext }
+        return nil
+    }
+
+    private enum Unsealed {
+        case plaintext([UInt8])
+        /// The value is not authentic: why.
+        case notAuthentic(CryptoError)
+    }
+
+    private static func unseal(_ sealed: [UInt8], key: [UInt8]) throws -> Unsealed {
         guard key.count == 32 else { throw CryptoError("AES-GCM open", detail: "the key is \(key.count) bytes, not 32") }
         guard sealed.count >= 28 else {
-            throw CryptoError("AES-GCM open", detail: "the sealed value is \(sealed.count) bytes, shorter than nonce and tag")
+            return .notAuthentic(CryptoError("AES-GCM open", detail: "the sealed value is \(sealed.count) bytes, shorter than nonce and tag"))
         }
         let ciphertextLength = try int32Length(sealed.count - 28, "EVP_DecryptUpdate")
         let nonce = Array(sealed[0..<12])
@@ -53,11 +75,12 @@ public enum SealedBox {
         try check(EVP_DecryptUpdate(context, &plaintext, &length, ciphertext, ciphertextLength), "EVP_DecryptUpdate")
         try check(EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_TAG, 16, &tag), "EVP_CTRL_GCM_SET_TAG")
         var finalLength: Int32 = 0
-        try plaintext.withUnsafeMutableBufferPointer { buffer in
+        let authentic = try plaintext.withUnsafeMutableBufferPointer { buffer in
             guard let base = buffer.baseAddress else { throw CryptoError("AES-GCM open", detail: "no output buffer") }
-            try check(EVP_DecryptFinal_ex(context, base + Int(length), &finalLength), "AES-GCM authentication")
+            return EVP_DecryptFinal_ex(context, base + Int(length), &finalLength) == 1
         }
-        return Array(plaintext.prefix(Int(length + finalLength)))
+        guard authentic else { return .notAuthentic(CryptoError("AES-GCM authentication")) }
+        return .plaintext(Array(plaintext.prefix(Int(length + finalLength))))
     }
 }
 

@@ -181,7 +181,7 @@ public protocol EngineReader {
 
     /// For each command, its latest record (sequence and bytes), when it has one.
     func latestRecords(of commands: [CommandRef]) throws -> [Key128: (sequence: UInt64, bytes: [UInt8])]
-    /// Announces the first reads of a write group: the latest records of `commands`, the pseudonyms
+    /// Announces the first reads of a write group: the latest records of `commands`, the vault entries
     /// of `vaultKeys` and the states of `lineages`. An engine may read them all at once (PostgreSQL:
     /// in the round trip that locks the head) and answer the calls that ask for them from what it
     /// read; the default does nothing.
@@ -199,13 +199,22 @@ public protocol EngineReader {
     func staff() throws -> [StaffID: StaffMember]
     func transferCases(_ ids: [String]) throws -> [String: TransferCase]
 
-    /// The pseudonyms of the accounts with these vault keys.
-    func pseudonyms(vaultKeys: [Key128]) throws -> [Key128: AccountID]
+    /// The vault entries of these vault keys: the pseudonym each points to, with the UID sealed under
+    /// that pseudonym (read together: a lookup confirms one against the other,
+    /// ``LedgerStore/pseudonym(ofUID:in:)``).
+    func identities(vaultKeys: [Key128]) throws -> [Key128: VaultEntry]
     /// The sealed UID of a live account.
     func sealedUID(of account: AccountID) throws -> [UInt8]?
-    /// Visits every vault entry (vault key, pseudonym, sealed UID) in vault-key order until `body`
-    /// returns false (`migrate` copies the vault: it cannot be derived from the log).
-    func forEachIdentity(_ body: (Key128, AccountID, [UInt8]) throws -> Bool) throws
+    /// Visits every vault entry in vault-key order until `body` returns false: its vault key, the
+    /// pseudonym it points to and the UID sealed under that pseudonym (nil when there is none: a
+    /// damaged vault, which `verify` reports).
+    func forEachVaultEntry(_ body: (Key128, VaultEntry) throws -> Bool) throws
+    /// Visits every sealed UID (pseudonym, sealed bytes) in the engine's order until `body` returns
+    /// false, whether or not a vault entry points to it (`verify`). Throws on an entry of no known shape.
+    func forEachSealedUID(_ body: (AccountID, [UInt8]) throws -> Bool) throws
+    /// How many entries the vault holds: vault entries and sealed UIDs together (LMDB: every entry
+    /// of `identities`). A consistent vault holds exactly two per live account.
+    func vaultEntryCount() throws -> Int
 
     /// A stored Merkle node (levels from `MerkleLog.storedLevel` up).
     func merkleNode(level: UInt8, index: UInt64) throws -> Digest32?
@@ -242,8 +251,31 @@ public protocol EngineWriter {
     func putReadModels(_ entries: [([UInt8], [UInt8])]) throws
 }
 
+/// A vault entry as stored: the pseudonym a vault key points to, and the UID sealed under that
+/// pseudonym (nil when none is stored: a damaged vault). The two are kept apart (the sealed UIDs by
+/// pseudonym), so nothing but a comparison ties them: ``LedgerStore/confirm(_:uid:)``.
+public struct VaultEntry: Equatable, Sendable {
+    public var account: AccountID
+    public var sealedUID: [UInt8]?
+
+    public init(account: AccountID, sealedUID: [UInt8]?) {
+        self.account = account
+        self.sealedUID = sealedUID
+    }
+}
+
 extension EngineReader {
     public func prefetch(commands: [CommandRef], vaultKeys: [Key128], lineages: [LineageKey]) throws {}
+
+    /// Visits every vault entry (vault key, pseudonym, sealed UID) in vault-key order until `body`
+    /// returns false (`migrate` copies the vault: it cannot be derived from the log). Throws when a
+    /// pseudonym has no sealed UID.
+    public func forEachIdentity(_ body: (Key128, AccountID, [UInt8]) throws -> Bool) throws {
+        try forEachVaultEntry { vaultKey, entry in
+            guard let sealed = entry.sealedUID else { throw LedgerStoreError.corrupt("pseudonym \(entry.account) has no sealed UID") }
+            return try body(vaultKey, entry.account, sealed)
+        }
+    }
 
     public func forEachReadModelBytes(from start: [UInt8], _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool) throws {
         try forEachReadModel(from: start) { key, value in

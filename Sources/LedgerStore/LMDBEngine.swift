@@ -644,15 +644,15 @@ struct LMDBAccess: EngineReader, EngineWriter {
 
     // MARK: Vault and Merkle nodes
 
-    func pseudonyms(vaultKeys: [Key128]) throws -> [Key128: AccountID] {
-        var out: [Key128: AccountID] = [:]
+    func identities(vaultKeys: [Key128]) throws -> [Key128: VaultEntry] {
+        var out: [Key128: VaultEntry] = [:]
         for vaultKey in vaultKeys where out[vaultKey] == nil {
             let found = try KeyBuffer(Self.vaultPrefix, vaultKey).with { k -> AccountID? in
                 guard let value = try txn.get(db.identities, k) else { return nil }
                 guard value.count == 16 else { throw corrupt("an identity entry of \(value.count) bytes") }
                 return AccountID(Key128(loading: value, at: 0))
             }
-            if let found { out[vaultKey] = found }
+            if let found { out[vaultKey] = VaultEntry(account: found, sealedUID: try sealedUID(of: found)) }
         }
         return out
     }
@@ -664,18 +664,37 @@ struct LMDBAccess: EngineReader, EngineWriter {
         return nil
     }
 
-    func forEachIdentity(_ body: (Key128, AccountID, [UInt8]) throws -> Bool) throws {
+    func forEachVaultEntry(_ body: (Key128, VaultEntry) throws -> Bool) throws {
         let cursor = try txn.cursor(db.identities)
         defer { cursor.close() }
         var entry = try [Self.vaultPrefix].withUnsafeBytes { try cursor.get(MDB_SET_RANGE, key: $0) }
         while let (key, value) = entry, key.first == Self.vaultPrefix {
             guard key.count == 17, value.count == 16 else { throw corrupt("an identity entry of \(key.count) and \(value.count) bytes") }
             let account = AccountID(Key128(loading: value, at: 0))
-            guard let sealed = try sealedUID(of: account) else { throw corrupt("pseudonym \(account) has no sealed UID") }
-            guard try body(Key128(loading: key, at: 1), account, sealed) else { return }
+            guard try body(Key128(loading: key, at: 1), VaultEntry(account: account, sealedUID: try sealedUID(of: account))) else { return }
             entry = try cursor.get(MDB_NEXT)
         }
     }
+
+    /// The `p` entries, then (past the `u` entries) the `v` entries.
+    func forEachSealedUID(_ body: (AccountID, [UInt8]) throws -> Bool) throws {
+        let cursor = try txn.cursor(db.identities)
+        defer { cursor.close() }
+        var entry = try cursor.get(MDB_FIRST)
+        while let (key, value) = entry {
+            if key.first == Self.vaultPrefix {
+                entry = try [Self.sealedPrefix].withUnsafeBytes { try cursor.get(MDB_SET_RANGE, key: $0) }
+                continue
+            }
+            guard key.count == 17, key.first == Self.sealedPrefix || key.first == Self.earlierSealedPrefix else {
+                throw corrupt("an identities entry of no known kind (a \(key.count)-byte key beginning \(Array(key.prefix(1)).hex))")
+            }
+            guard try body(AccountID(Key128(loading: key, at: 1)), Array(value)) else { return }
+            entry = try cursor.get(MDB_NEXT)
+        }
+    }
+
+    func vaultEntryCount() throws -> Int { try txn.statistics(db.identities).entries }
 
     func merkleNode(level: UInt8, index: UInt64) throws -> Digest32? {
         var key = KeyBuffer()

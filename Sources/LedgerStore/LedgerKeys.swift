@@ -44,6 +44,13 @@ public struct LedgerKeys: Sendable {
     /// The identity vault's lookup key of a UID.
     public func vaultKey(uid: String) throws -> Key128 { try key128(vaultSecret, uid) }
 
+    /// The vault key of the UID whose UTF-8 bytes are `uid` (as a sealed UID unseals: `verify`
+    /// hashes what it unsealed, whatever the bytes are).
+    func vaultKey(uidBytes uid: [UInt8]) throws -> Key128 {
+        let digest = try uid.withUnsafeBytes { try vaultSecret.authenticate($0) }
+        return digest.withBytes { Key128(loading: $0, at: 0) }
+    }
+
     /// The first 16 bytes of HMAC-SHA256(`key`, `message`): 128 bits under a secret key, so no one
     /// without the key can aim for a collision, and the birthday bound is 2^64 identifiers.
     private func key128(_ key: HMACSHA256Key, _ message: String) throws -> Key128 {

@@ -350,10 +350,24 @@ public final class LedgerStore: @unchecked Sendable {
         String(decoding: try SealedBox.open(sealed, key: keys.sealKey), as: UTF8.self)
     }
 
-    /// The pseudonym of the live account `uid`, if any.
+    /// The pseudonym of the live account `uid`, if any: the one its vault entry points to, once the
+    /// UID sealed under that pseudonym is confirmed to be `uid` (``confirm(_:uid:)``).
     public func pseudonym(ofUID uid: String, in reader: any EngineReader) throws -> AccountID? {
         let vaultKey = try keys.vaultKey(uid: uid)
-        return try reader.pseudonyms(vaultKeys: [vaultKey])[vaultKey]
+        return try reader.identities(vaultKeys: [vaultKey])[vaultKey].map { try confirm($0, uid: uid) }
+    }
+
+    /// The pseudonym of `entry`, the vault entry found for `uid`, once the UID sealed under that
+    /// pseudonym is `uid`. The vault is outside the hash chain (its entries are erased when an account
+    /// is deleted), so an entry changed in the store (two swapped: each UID would then answer for the
+    /// other's account) shows only here, and in `verify`: one unseal per lookup. Throws
+    /// ``LedgerStoreError/identityVaultMismatch`` when no sealed UID is stored under the pseudonym, it
+    /// does not unseal, or it is another UID (and a `CryptoError` when libcrypto cannot unseal at all).
+    public func confirm(_ entry: VaultEntry, uid: String) throws -> AccountID {
+        guard let sealed = entry.sealedUID, let unsealed = try SealedBox.openIfAuthentic(sealed, key: keys.sealKey),
+            unsealed.elementsEqual(uid.utf8)
+        else { throw LedgerStoreError.identityVaultMismatch }
+        return entry.account
     }
 
     /// A new pseudonym for `uid`, with what the vault stores for it: the low 6 bytes of `position`

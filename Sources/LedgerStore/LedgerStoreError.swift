@@ -32,6 +32,9 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
     /// The store was written in storage format 1: it must be upgraded (`ledger upgrade`).
     case formatOne(directory: String)
     case corrupt(String)
+    /// A UID's vault entry points to a pseudonym under which another UID (or none, or bytes that do
+    /// not unseal) is sealed: the identity vault was damaged or changed outside the ledger.
+    case identityVaultMismatch
     /// The database server of a PostgreSQL store cannot be reached (or was lost and not regained
     /// within the reconnection window): nothing was written; retry later.
     case unavailable(store: String, detail: String)
@@ -53,7 +56,7 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
         case .interruptedCopy, .stagingDirectory: "incomplete-copy"
         case .storeInUse, .storeBusy: "store-in-use"
         case .formatOne: "old-format"
-        case .corrupt: "corrupt"
+        case .corrupt, .identityVaultMismatch: "corrupt"
         case .unavailable: "unavailable"
         case .database: "database"
         case .fileAccess(_, _, let code): code == EACCES || code == EPERM ? "permission-denied" : "file-access"
@@ -98,6 +101,8 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
             "\(directory) holds a ledger in storage format 1, which this ledger no longer opens: run `ledger upgrade --from \(directory) --to NEW_DIRECTORY` (it copies the ledger into format 2 and leaves this store unchanged), then use the new store"
         case .corrupt(let message):
             "the store is corrupt: \(message)"
+        case .identityVaultMismatch:
+            "the store is damaged or was tampered with: the identity vault entry of this UID points to an account whose sealed UID is not this UID, so the ledger cannot tell which account it is; nothing was answered or written for it: run `ledger verify` (it names the accounts involved) and restore the store from a backup"
         case .unavailable(let store, let detail):
             "the database \(store) cannot be reached (\(detail)): nothing was written; retry when it is back"
         case .database(let store, let detail):

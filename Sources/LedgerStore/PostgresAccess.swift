@@ -27,7 +27,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
     /// What ``prefetch(commands:vaultKeys:lineages:)`` read, by key (nil: absent), each answered
     /// once, and forgotten when the group writes.
     private var prefetchedCommands: [Key128: (sequence: UInt64, bytes: [UInt8])?] = [:]
-    private var prefetchedVaultKeys: [Key128: AccountID?] = [:]
+    private var prefetchedVaultKeys: [Key128: VaultEntry?] = [:]
     private var prefetchedReadModels: [[UInt8]: [UInt8]?] = [:]
     /// The head's write generation as the group's lock set it (its own), and the head's sequence then.
     private(set) var lockedGeneration: Int64?
@@ -85,9 +85,9 @@ final class PostgresAccess: EngineReader, EngineWriter {
         return Array(rows.dropFirst(2))
     }
 
-    /// Reads the latest records of `commands`, the pseudonyms of `vaultKeys` and the states of
+    /// Reads the latest records of `commands`, the vault entries of `vaultKeys` and the states of
     /// `lineages` for the write group about to lock the head: ``latestRecords(of:)``,
-    /// ``pseudonyms(vaultKeys:)`` and ``lineageStates(_:)`` answer each key once from what it read,
+    /// ``identities(vaultKeys:)`` and ``lineageStates(_:)`` answer each key once from what it read,
     /// and ask the server only for the others.
     ///
     /// As the group's first statement, the reads run optimistically, outside the lock: in one
@@ -106,7 +106,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
         // The snapshot, outside the lock (its rows decoded before the lock is asked for).
         var statements = [PostgresStatement("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"), ChangeLog.generationStatement]
         if !commands.isEmpty { statements.append(Self.latestRecordsStatement(commands)) }
-        if !vaultKeys.isEmpty { statements.append(Self.pseudonymsStatement(vaultKeys)) }
+        if !vaultKeys.isEmpty { statements.append(Self.identitiesStatement(vaultKeys)) }
         if !readModelKeys.isEmpty { statements.append(Self.readModelsStatement(readModelKeys)) }
         var rows = try connection.pipeline(statements + [PostgresStatement("COMMIT")])[1...]
         let generationRows = rows.removeFirst()
@@ -132,7 +132,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
             }
         }
         if !vaultKeys.isEmpty {
-            let found = try decodePseudonyms(rows.removeFirst(), asked: vaultKeys)
+            let found = try decodeIdentities(rows.removeFirst(), asked: vaultKeys)
             for key in vaultKeys {
                 prefetchedVaultKeys.updateValue(found[key], forKey: key)
                 if found[key] == nil { absentVaultKeys.insert(key) }
@@ -202,7 +202,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
     private func readUnderLock(commands: [CommandRef], vaultKeys: [Key128], readModelKeys: [[UInt8]]) throws {
         var statements: [PostgresStatement] = []
         if !commands.isEmpty { statements.append(Self.latestRecordsStatement(commands)) }
-        if !vaultKeys.isEmpty { statements.append(Self.pseudonymsStatement(vaultKeys)) }
+        if !vaultKeys.isEmpty { statements.append(Self.identitiesStatement(vaultKeys)) }
         if !readModelKeys.isEmpty { statements.append(Self.readModelsStatement(readModelKeys)) }
         guard !statements.isEmpty || lockPending else { return }
         var rows = try run(pending + statements)[...]
@@ -213,7 +213,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
             for command in commands { prefetchedCommands.updateValue(found[command.key], forKey: command.key) }
         }
         if !vaultKeys.isEmpty {
-            let found = try decodePseudonyms(rows.removeFirst(), asked: vaultKeys)
+            let found = try decodeIdentities(rows.removeFirst(), asked: vaultKeys)
             for key in vaultKeys { prefetchedVaultKeys.updateValue(found[key], forKey: key) }
         }
         if !readModelKeys.isEmpty {
@@ -515,8 +515,8 @@ final class PostgresAccess: EngineReader, EngineWriter {
 
     // MARK: Vault and Merkle nodes
 
-    func pseudonyms(vaultKeys: [Key128]) throws -> [Key128: AccountID] {
-        var out: [Key128: AccountID] = [:]
+    func identities(vaultKeys: [Key128]) throws -> [Key128: VaultEntry] {
+        var out: [Key128: VaultEntry] = [:]
         var asked: [Key128] = []
         for key in Set(vaultKeys) {
             if let prefetched = prefetchedVaultKeys.removeValue(forKey: key) {
@@ -526,19 +526,24 @@ final class PostgresAccess: EngineReader, EngineWriter {
             }
         }
         guard !asked.isEmpty else { return out }
-        let statement = Self.pseudonymsStatement(asked)
-        return try out.merging(decodePseudonyms(query(statement.sql, statement.parameters), asked: asked)) { _, read in read }
+        let statement = Self.identitiesStatement(asked)
+        return try out.merging(decodeIdentities(query(statement.sql, statement.parameters), asked: asked)) { _, read in read }
     }
 
-    private static func pseudonymsStatement(_ vaultKeys: [Key128]) -> PostgresStatement {
-        PostgresStatement(byKey(table: "ledger_identities", key: "vault_key", columns: "vault_key, account"), [.bytesArray(vaultKeys.map(\.bytes))])
+    /// The vault entries of `vaultKeys`, each with the UID sealed under its pseudonym (NULL when none).
+    private static func identitiesStatement(_ vaultKeys: [Key128]) -> PostgresStatement {
+        PostgresStatement(
+            byKey(
+                table: "ledger_identities AS i LEFT JOIN ledger_sealed_uids AS s ON s.account = i.account", key: "i.vault_key",
+                columns: "i.vault_key, i.account, s.sealed_uid"), [.bytesArray(vaultKeys.map(\.bytes))])
     }
 
-    /// The pseudonyms read for `asked`; under the head lock, the keys not found are noted as absent.
-    private func decodePseudonyms(_ rows: PostgresRows, asked: [Key128]) throws -> [Key128: AccountID] {
-        var out: [Key128: AccountID] = [:]
+    /// The vault entries read for `asked`; under the head lock, the keys not found are noted as absent.
+    private func decodeIdentities(_ rows: PostgresRows, asked: [Key128]) throws -> [Key128: VaultEntry] {
+        var out: [Key128: VaultEntry] = [:]
         for row in 0..<rows.count {
-            out[try PostgresRowDecoding.key128(rows.value(row, 0))] = AccountID(try PostgresRowDecoding.key128(rows.value(row, 1)))
+            out[try PostgresRowDecoding.key128(rows.value(row, 0))] = VaultEntry(
+                account: AccountID(try PostgresRowDecoding.key128(rows.value(row, 1))), sealedUID: rows.bytes(row, 2))
         }
         if lockedHead != nil { absentVaultKeys.formUnion(asked.filter { out[$0] == nil }) }
         return out
@@ -548,7 +553,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
         try query("SELECT sealed_uid FROM ledger_sealed_uids WHERE account = $1", [.bytes(account.bytes)]).bytes(0, 0)
     }
 
-    func forEachIdentity(_ body: (Key128, AccountID, [UInt8]) throws -> Bool) throws {
+    func forEachVaultEntry(_ body: (Key128, VaultEntry) throws -> Bool) throws {
         var after: [UInt8]?
         while true {
             let rows = try query(
@@ -558,12 +563,32 @@ final class PostgresAccess: EngineReader, EngineWriter {
                 after.map { [.bytes($0)] } ?? [])
             for row in 0..<rows.count {
                 let account = AccountID(try PostgresRowDecoding.key128(rows.value(row, 1)))
-                guard let sealed = rows.bytes(row, 2) else { throw LedgerStoreError.corrupt("pseudonym \(account) has no sealed UID") }
-                guard try body(try PostgresRowDecoding.key128(rows.value(row, 0)), account, sealed) else { return }
+                guard try body(try PostgresRowDecoding.key128(rows.value(row, 0)), VaultEntry(account: account, sealedUID: rows.bytes(row, 2)))
+                else { return }
             }
             guard rows.count == PostgresEngine.page else { return }
             after = rows.bytes(rows.count - 1, 0)
         }
+    }
+
+    func forEachSealedUID(_ body: (AccountID, [UInt8]) throws -> Bool) throws {
+        var after: [UInt8]?
+        while true {
+            let rows = try query(
+                "SELECT account, sealed_uid FROM ledger_sealed_uids" + (after == nil ? "" : " WHERE account > $1")
+                    + " ORDER BY account LIMIT \(PostgresEngine.page)",
+                after.map { [.bytes($0)] } ?? [])
+            for row in 0..<rows.count {
+                guard try body(AccountID(try PostgresRowDecoding.key128(rows.value(row, 0))), rows.bytes(row, 1) ?? []) else { return }
+            }
+            guard rows.count == PostgresEngine.page else { return }
+            after = rows.bytes(rows.count - 1, 0)
+        }
+    }
+
+    func vaultEntryCount() throws -> Int {
+        let rows = try query("SELECT (SELECT count(*) FROM ledger_identities) + (SELECT count(*) FROM ledger_sealed_uids)")
+        return try withExtendedLifetime(rows) { Int(try PostgresRowDecoding.int64(rows.value(0, 0))) }
     }
 
     func merkleNode(level: UInt8, index: UInt64) throws -> Digest32? {

@@ -42,9 +42,13 @@ public struct ReplayReport: Sendable {
     public var indexDifferences: [String]
     /// Lineages in the replayed state.
     public var lineages: Int
+    /// What is inconsistent in the identity vault (``LedgerStore/vaultDifferences(_:)``), each line
+    /// naming a pseudonym, never a UID. At most 100 lines, then one "… and N more". Checked by `verify`
+    /// (a replay without repair), not by a repair.
+    public var vaultDifferences: [String] = []
 
     public var isIntact: Bool {
-        chainFault == nil && violations.isEmpty && readModelDifferences.isEmpty && indexDifferences.isEmpty
+        chainFault == nil && violations.isEmpty && readModelDifferences.isEmpty && indexDifferences.isEmpty && vaultDifferences.isEmpty
     }
 }
 
@@ -220,7 +224,9 @@ extension LedgerStore {
     /// models, and the entries each record implies, compared with the stored indexes, both through
     /// order-independent keyed hashes (an exact diagnosis in key order runs only on a mismatch). With
     /// `repair`, then makes the read models and the derived indexes equal to the log's.
-    /// `progress` is called with (records done, total) every 10,000 records.
+    /// `progress` is called with (records done, total) every 10,000 records. Without `repair`, also
+    /// checks the identity vault on the same snapshot (``vaultDifferences(_:)``), which no repair
+    /// changes.
     ///
     /// Memory stays bounded whatever the store's size: when the store holds more lineages than
     /// ``Analysis/lineagesPerPass``, the lineage key space is split into ranges and the log is
@@ -231,10 +237,12 @@ extension LedgerStore {
         try replay(repair: repair, progress: progress, lineagesPerPass: Analysis.lineagesPerPass)
     }
 
-    /// ``replay(repair:progress:)`` with at most `lineagesPerPass` lineages per pass (tests make it small)
-    /// and the reading thread hashing the implied index entries as `readerHashing` says.
+    /// ``replay(repair:progress:)`` with at most `lineagesPerPass` lineages per pass (tests make it small),
+    /// the reading thread hashing the implied index entries as `readerHashing` says, and (without
+    /// `repair`) the identity vault checked unless `checkingVault` is false.
     func replay(
-        repair: Bool, progress: ((UInt64, UInt64) -> Void)?, lineagesPerPass: Int, readerHashing: Analysis.ReaderHashing = .whenBehind
+        repair: Bool, progress: ((UInt64, UInt64) -> Void)?, lineagesPerPass: Int, readerHashing: Analysis.ReaderHashing = .whenBehind,
+        checkingVault: Bool = true
     ) throws -> ReplayReport {
         for _ in 0..<3 {
             var passes = Analysis.Passes()
@@ -248,7 +256,9 @@ extension LedgerStore {
                         if pass == 0 { first = analysis.first }
                         passes.add(analysis)
                     }
-                    return passes.report
+                    var report = passes.report
+                    if checkingVault { report.vaultDifferences = try vaultDifferences(reader) }
+                    return report
                 }
             }
             let count = try read { try Analysis.passes($0, lineagesPerPass: lineagesPerPass) }
@@ -277,9 +287,10 @@ extension LedgerStore {
         throw LedgerStoreError.corrupt("the log kept growing during rebuild: run it again when writes are quieter")
     }
 
-    /// Recomputes the persisted read models and the indexes from the log alone.
+    /// Recomputes the persisted read models and the indexes from the log alone (the identity vault,
+    /// which the log cannot reproduce, is neither changed nor checked: `verify` checks it).
     public func rebuildReadModels(repair: Bool, progress: ((UInt64, UInt64) -> Void)? = nil) throws -> ReplayReport {
-        try replay(repair: repair, progress: progress)
+        try replay(repair: repair, progress: progress, lineagesPerPass: Analysis.lineagesPerPass, checkingVault: false)
     }
 }
 

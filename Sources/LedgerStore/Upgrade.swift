@@ -148,7 +148,7 @@ public enum FormatOneUpgrade {
         guard verification.isIntact else {
             throw LeftForInspection(
                 message:
-                    "the upgraded store does not verify (\((verification.chainFault.map { "\($0)" } ?? "") + (verification.indexDifferences + verification.readModelDifferences).prefix(3).joined(separator: "; ")))"
+                    "the upgraded store does not verify (\((verification.chainFault.map { "\($0)" } ?? "") + (verification.indexDifferences + verification.readModelDifferences + verification.vaultDifferences).prefix(3).joined(separator: "; ")))"
             )
         }
         try store.sync()

@@ -344,6 +344,7 @@ public enum Backup {
         if !report.violations.isEmpty { problems.append("\(report.violations.count) invariant violations") }
         if !report.readModelDifferences.isEmpty { problems.append("\(report.readModelDifferences.count) read-model differences") }
         if !report.indexDifferences.isEmpty { problems.append("\(report.indexDifferences.count) index differences") }
+        if !report.vaultDifferences.isEmpty { problems.append("an inconsistent identity vault: \(report.vaultDifferences[0])") }
         return problems.joined(separator: "; ")
     }
 }

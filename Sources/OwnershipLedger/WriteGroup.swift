@@ -24,6 +24,9 @@ struct WriteGroup {
     private var commands: [Key128: Record?] = [:]
     /// Pseudonyms looked up, issued or erased in the group (nil: none).
     private var pseudonyms: [Key128: AccountID?] = [:]
+    /// Vault entries read from the store and not yet confirmed against the UID looked up
+    /// (``LedgerStore/confirm(_:uid:)``: the first lookup of the UID in the group does it).
+    private var unconfirmed: [Key128: VaultEntry] = [:]
     /// The vault keys of the UIDs the group names (HMACs, computed once).
     private var vaultKeys: [String: Key128] = [:]
     private var vaultInserts: [(vaultKey: Key128, account: AccountID, sealedUID: [UInt8])] = []
@@ -49,6 +52,7 @@ struct WriteGroup {
         random = RandomPool(blockSize: min(4_096, LedgerStore.randomBytesPerPseudonym * max(1, size)))
         commands.reserveCapacity(size)
         pseudonyms.reserveCapacity(size)
+        unconfirmed.reserveCapacity(size)
         vaultKeys.reserveCapacity(size)
         loadedLineages.reserveCapacity(size)
         changedLineages.reserveCapacity(size)
@@ -130,8 +134,12 @@ struct WriteGroup {
         }
         let missingKeys = try (known + uids.map { try vaultKey(of: $0) }).filter { pseudonyms[$0] == nil }
         if !missingKeys.isEmpty {
-            let found = try reader.pseudonyms(vaultKeys: missingKeys)
-            for key in missingKeys { pseudonyms[key] = found[key] as AccountID? }
+            let found = try reader.identities(vaultKeys: missingKeys)
+            for key in missingKeys {
+                let entry = found[key]
+                pseudonyms[key] = entry?.account as AccountID?
+                if let entry { unconfirmed[key] = entry }
+            }
         }
     }
 
@@ -145,9 +153,16 @@ struct WriteGroup {
     }
 
     /// The pseudonym of the live account `uid` (whose vault key is `vaultKey`, when the caller has it), if any.
+    /// Throws ``LedgerStoreError/identityVaultMismatch`` when the UID sealed under the pseudonym the
+    /// store's vault entry points to is not `uid`: the group commits nothing (the committer decides
+    /// its lines again one line at a time, so only those naming the UID are refused).
     mutating func pseudonym(ofUID uid: String, vaultKey known: Key128? = nil) throws -> AccountID? {
         let vaultKey = try self.vaultKey(of: uid, known: known)
         if pseudonyms[vaultKey] == nil { try prefetch(vaultKeys: [vaultKey]) }
+        if let entry = unconfirmed[vaultKey] {
+            _ = try store.confirm(entry, uid: uid)
+            unconfirmed[vaultKey] = nil
+        }
         return pseudonyms[vaultKey] ?? nil
     }
 

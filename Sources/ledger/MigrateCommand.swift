@@ -57,6 +57,7 @@ struct MigrateCommand: Subcommand {
                 "readModels": report.readModels, "identities": report.identities, "headSeq": report.head.sequence,
                 "headHash": report.head.chainHash.hex, "root": report.root.hex, "intact": intact, "sourceGrew": grew,
                 "readModelDifferences": report.verification.readModelDifferences, "indexDifferences": report.verification.indexDifferences,
+                "vaultDifferences": report.verification.vaultDifferences,
             ]))
         if grew { console.err("warning: the source grew during the copy; records after \(report.head.sequence) were not copied") }
         return intact ? .success : .verificationFailed

@@ -139,7 +139,7 @@ struct LogCommand: Subcommand {
 
 struct VerifyCommand: Subcommand {
     static let name = "verify"
-    static let abstract = "Check the hash chain, every invariant, the persisted read models and the indexes."
+    static let abstract = "Check the hash chain, every invariant, the persisted read models, the indexes and the identity vault."
     static let usage = """
         Usage: ledger verify [--checkpoint FILE [--public-key KEY] [--format-one-store OLD]] [--store DIR]
 
@@ -147,8 +147,11 @@ struct VerifyCommand: Subcommand {
         bytes, order and time, its leaf and chain hash against the head, the stored Merkle nodes; every
         invariant of docs/events.md; the persisted read models against a fresh replay; and the
         commands, lineages, account-lineages and merkle indexes against the entries the log implies.
-        Prints a JSON report (events, readModelDifferences, indexDifferences: at most 100 lines each,
-        then "… and N more"; formatOneHistory: support steps an upgrade copied from storage format 1
+        Then the identity vault, which is outside the hash chain, against itself: every UID's entry
+        must point to the account whose sealed UID is that UID, and every sealed UID must be pointed
+        to by exactly one entry (vaultDifferences, naming pseudonyms, never a UID).
+        Prints a JSON report (events, readModelDifferences, indexDifferences, vaultDifferences: at most
+        100 lines each, then "… and N more"; formatOneHistory: support steps an upgrade copied from storage format 1
         without the signatures format 2 requires, which are not violations). Exit 0 only when all hold;
         1 otherwise, with the first and last bad sequence numbers when the chain is broken (`ledger
         rebuild` repairs read models and indexes).
@@ -179,6 +182,7 @@ struct VerifyCommand: Subcommand {
             "intact": report.isIntact, "verifiedRecords": report.verifiedRecords, "events": report.events,
             "invariantViolations": report.violations.map { ["invariant": $0.invariant, "seq": $0.sequence, "message": $0.message] },
             "readModelDifferences": report.readModelDifferences, "indexDifferences": report.indexDifferences,
+            "vaultDifferences": report.vaultDifferences,
             "formatOneHistory": report.formatOneNotes.map { ["seq": $0.sequence, "message": $0.message] },
         ]
         if let fault = report.chainFault {

@@ -101,6 +101,23 @@ import Testing
         #expect(throws: CryptoError.self) { try SealedBox.open(tampered, key: key) }
     }
 
+    /// A value read back from storage that is not what `seal` made under the key is nil (the caller
+    /// reports damage); only a failure of libcrypto itself, or a wrong-sized key, is thrown.
+    @Test func openIfAuthenticTellsAChangedValueFromAFailure() throws {
+        let key = try Digest.randomBytes(32)
+        let sealed = try SealedBox.seal(Array("uid".utf8), key: key)
+        #expect(try SealedBox.openIfAuthentic(sealed, key: key) == Array("uid".utf8))
+        for index in sealed.indices {
+            var changed = sealed
+            changed[index] ^= 0x40
+            #expect(try SealedBox.openIfAuthentic(changed, key: key) == nil, "byte \(index)")
+        }
+        #expect(try SealedBox.openIfAuthentic(Array(sealed.prefix(27)), key: key) == nil)
+        #expect(try SealedBox.openIfAuthentic([], key: key) == nil)
+        #expect(try SealedBox.openIfAuthentic(sealed, key: try Digest.randomBytes(32)) == nil)
+        #expect(throws: CryptoError.self) { try SealedBox.openIfAuthentic(sealed, key: [1, 2]) }
+    }
+
     /// A pool hands out every byte once: draws of any size, within a block, across blocks and larger
     /// than a block, never repeat one another (22-byte draws of random bytes colliding would take
     /// ~2^88 draws), and nonces drawn from it seal values that open.

@@ -250,6 +250,7 @@ import Testing
         #expect(
             try Self.identityPrefixes(store) == [LMDBAccess.earlierSealedPrefix] + Array(repeating: LMDBAccess.vaultPrefix, count: 61)
                 + Array(repeating: LMDBAccess.sealedPrefix, count: 60))
+        #expect(try store.replay().vaultDifferences == [], "a sealed UID under `p` is as consistent as one under `v`")
 
         let erased = ["uid-earlier", "uid-1-7"]
         try store.write { _, writer in
@@ -266,6 +267,79 @@ import Testing
             try Self.identityPrefixes(store) == Array(repeating: LMDBAccess.vaultPrefix, count: 59)
                 + Array(repeating: LMDBAccess.sealedPrefix, count: 59))
         #expect(try store.read { try store.uid(of: try #require(issued["uid-2-0"]).account, in: $0) } == "uid-2-0")
+        #expect(try store.replay().vaultDifferences == [], "an erasure takes the entry and its sealed UID together")
+    }
+
+    /// The review's H1 done to `data.mdb` itself: the values of two `u` entries swapped (and, in
+    /// turn, a `u` entry deleted, a `v` entry deleted, a key of no known kind). `verify` names the
+    /// pseudonyms involved, and a lookup of either UID refuses instead of answering for the other's account.
+    @Test func verifyAndLookupsFindVaultEntriesChangedInDataMDB() throws {
+        let store = try newStore()
+        defer { directory.remove() }
+        // alice's sealed UID under `p`, as earlier binaries stored it; bob's and carol's under `v`.
+        let uids = ["uid-alice", "uid-bob", "uid-carol"]
+        let issued = try uids.enumerated().map { try store.issuePseudonym(forUID: $1, position: UInt64($0 + 1)) }
+        func put(_ prefix: UInt8, _ key: Key128, _ value: [UInt8]) throws {
+            try store.lmdbEngine.withWriteAccess { access in
+                _ = try KeyBuffer(prefix, key).with { k in try value.withUnsafeBytes { v in try access.txn.put(access.db.identities, k, v) } }
+            }
+        }
+        func delete(_ prefix: UInt8, _ key: Key128) throws {
+            try store.lmdbEngine.withWriteAccess { access in _ = try KeyBuffer(prefix, key).with { try access.txn.delete(access.db.identities, $0) } }
+        }
+        for (index, identity) in issued.enumerated() {
+            try put(LMDBAccess.vaultPrefix, identity.vaultKey, identity.account.bytes)
+            try put(index == 0 ? LMDBAccess.earlierSealedPrefix : LMDBAccess.sealedPrefix, identity.account.key, identity.sealedUID)
+        }
+        #expect(try store.replay().vaultDifferences == [])
+        let (alice, bob) = (issued[0], issued[1])
+
+        try put(LMDBAccess.vaultPrefix, alice.vaultKey, bob.account.bytes)
+        try put(LMDBAccess.vaultPrefix, bob.vaultKey, alice.account.bytes)
+        let swapped =
+            "the vault entry pointing to it is not its UID's (the UID sealed under it has another vault key): entries swapped, copied or changed"
+        let report = try store.replay()
+        #expect(!report.isIntact)
+        #expect(
+            Set(report.vaultDifferences) == [
+                "pseudonym \(alice.account): \(swapped)", "pseudonym \(bob.account): \(swapped)",
+                "pseudonym \(alice.account): the vault entry of the UID sealed under it points to another pseudonym, \(bob.account)",
+                "pseudonym \(bob.account): the vault entry of the UID sealed under it points to another pseudonym, \(alice.account)",
+            ], "\(report.vaultDifferences)")
+        for uid in uids.prefix(2) {
+            #expect(throws: (any Error).self, "\(uid)") { try store.read { try store.pseudonym(ofUID: uid, in: $0) } }
+        }
+        #expect(try store.read { try store.pseudonym(ofUID: "uid-carol", in: $0) } == issued[2].account)
+        try put(LMDBAccess.vaultPrefix, alice.vaultKey, alice.account.bytes)
+        try put(LMDBAccess.vaultPrefix, bob.vaultKey, bob.account.bytes)
+        #expect(try store.replay().vaultDifferences == [])
+
+        try delete(LMDBAccess.vaultPrefix, alice.vaultKey)
+        #expect(
+            try store.replay().vaultDifferences == [
+                "pseudonym \(alice.account): no vault entry points to it: the UID sealed under it has none (removed, or this sealed UID left behind)"
+            ])
+        try put(LMDBAccess.vaultPrefix, alice.vaultKey, alice.account.bytes)
+        try delete(LMDBAccess.sealedPrefix, bob.account.key)
+        #expect(
+            try store.replay().vaultDifferences == ["pseudonym \(bob.account): a vault entry points to it, but no UID is sealed under it"])
+        #expect(throws: (any Error).self) { try store.read { try store.pseudonym(ofUID: "uid-bob", in: $0) } }
+        try put(LMDBAccess.sealedPrefix, bob.account.key, bob.sealedUID)
+        // A second sealed UID under alice's pseudonym (`v` beside her `p`), which no lookup reads.
+        try put(LMDBAccess.sealedPrefix, alice.account.key, bob.sealedUID)
+        #expect(try store.replay().vaultDifferences.contains { $0.hasPrefix("pseudonym \(alice.account): ") })
+        try delete(LMDBAccess.sealedPrefix, alice.account.key)
+        #expect(try store.replay().vaultDifferences == [])
+
+        try store.lmdbEngine.withWriteAccess { access in
+            _ = try [UInt8]([0x71, 1, 2]).withUnsafeBytes { k in
+                try [UInt8]([3]).withUnsafeBytes { v in try access.txn.put(access.db.identities, k, v) }
+            }
+        }
+        #expect(
+            try store.replay().vaultDifferences == [
+                "the identity vault cannot be read: an identities entry of no known kind (a 3-byte key beginning 71)"
+            ])
     }
 
     @Test func pseudonymsStartWithTheirPositionAndAreRandomAfterIt() throws {

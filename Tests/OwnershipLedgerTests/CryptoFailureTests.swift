@@ -6,7 +6,8 @@ import Testing
 /// fetch fails), is reported as what it is, through the binary: never as a wrong key file, a damaged record or a
 /// signature that does not verify, and it changes nothing. The log's hashes and the keyed identifiers use
 /// libcrypto's built-in SHA-256, which no provider serves, so what needs only them still answers, the same as
-/// with a working libcrypto.
+/// with a working libcrypto. `verify` and every lookup of a UID unseal (AES-256-GCM) the UID sealed under the
+/// pseudonym its vault entry points to, so they report the failure too, never a damaged or tampered vault.
 @Suite struct CryptoFailureTests {
     let directory = TemporaryDirectory("ledger-crypto-failure")
     var store: String { directory.path("store").path }
@@ -48,7 +49,7 @@ import Testing
         let newAccount = Fixtures.line([
             "type": "purchase", "account": "bob", "transaction": Fixtures.transaction("2", at: Fixtures.start), "at": Fixtures.start,
         ])
-        let hashingOnly = [(["verify", "--store", store], ""), (["submit", "--trust-decoded", "--store", store], purchase + "\n")]
+        let hashingOnly = [(["rebuild", "--check", "--store", store], ""), (["replay", "--original-transaction-id", "1", "--store", store], "")]
         let working = try hashingOnly.map { try LedgerBinary.run($0.0, stdin: $0.1) }
 
         let broken = try brokenOpenSSL()
@@ -56,6 +57,7 @@ import Testing
             ["binding", "--original-transaction-id", "1", "--store", store],
             ["checkpoint", "--out", directory.path("cp.txt").path, "--store", store],  // loads the Ed25519 signing key
             ["dispute", "verify", bundle, "--public-key", publicKey],
+            ["verify", "--store", store], ["account", "--uid", "alice", "--store", store],
         ] {
             expectLibcryptoFailure(try LedgerBinary.run(arguments, environment: broken), arguments[0])
         }
@@ -64,6 +66,10 @@ import Testing
         #expect(refused.stdout.contains("\"code\":\"internal\""), "\(refused.stdout)")
         #expect(refused.stdout.contains("nothing was appended: RAND_bytes failed"), "\(refused.stdout)")
         #expect(!refused.stdout.contains("key file") && !refused.stdout.contains("corrupt"), "\(refused.stdout)")
+        // An existing account's UID is confirmed against the UID sealed under its pseudonym: the same.
+        let known = try LedgerBinary.run(["submit", "--trust-decoded", "--store", store], stdin: purchase + "\n", environment: broken)
+        #expect(known.stdout.contains("nothing was appended: EVP_CIPHER_fetch(AES-256-GCM) failed"), "\(known.stdout)")
+        #expect(!known.stdout.contains("tampered") && !known.stdout.contains("corrupt"), "\(known.stdout)")
         for ((arguments, input), expected) in zip(hashingOnly, working) {
             let result = try LedgerBinary.run(arguments, stdin: input, environment: broken)
             #expect(result.status == 0 && result.stdout == expected.stdout, "\(arguments[0]): \(result.stdout) \(result.stderr)")

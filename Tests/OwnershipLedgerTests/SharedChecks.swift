@@ -4,12 +4,13 @@ import Testing
 
 /// Checks the suites of this target share.
 extension Ledger {
-    /// The whole log replayed: chain intact, no invariant violated, read models as the log says.
+    /// The whole log replayed: chain intact, no invariant violated, read models as the log says, the vault consistent.
     func expectIntact() throws {
         let report = try store.replay()
         #expect(report.chainFault == nil)
         #expect(report.violations == [])
         #expect(report.readModelDifferences == [])
+        #expect(report.vaultDifferences == [])
     }
 
     /// The products `uid` is entitled to through lineage `originalTransactionId` at `at`, judged on the present state.

@@ -1,0 +1,95 @@
+import LedgerCore
+import LedgerCrypto
+
+extension LedgerStore {
+    /// Sealed UIDs whose vault entries one batch read looks up in the second pass of ``vaultDifferences(_:)``.
+    static let vaultCheckChunk = 1_024
+
+    /// What is inconsistent in the identity vault, as lines naming pseudonyms (never a UID): empty when
+    /// every vault entry (vault key → pseudonym) points to a pseudonym whose sealed UID unseals to a UID
+    /// with that very vault key, and every sealed UID is pointed to by exactly one vault entry.
+    ///
+    /// The vault is outside the hash chain: a deletion erases an account's entry and its sealed UID
+    /// together (docs/events.md), and the log names accounts only by pseudonym. Nothing in the log can
+    /// say which pseudonym a UID's entry should point to, but the entries can be checked against each
+    /// other with the ledger key: an entry moved to another account's pseudonym (two entries swapped)
+    /// points to a UID that is not its own.
+    ///
+    /// Memory stays bounded (nothing is collected per entry):
+    /// 1. the vault entries in vault-key order, each with the UID sealed under its pseudonym: one
+    ///    unseal and one keyed hash per account; an entry is confirmed when its UID has its key;
+    /// 2. the count of the vault's entries: when the sealed UIDs are exactly as many as the confirmed
+    ///    entries, every one of them is pointed to by exactly one entry (two confirmed entries cannot
+    ///    point to one sealed UID: they would have the same key), and the vault is consistent;
+    /// 3. only otherwise, the sealed UIDs in the engine's order, in chunks: each is unsealed, its UID's
+    ///    vault entry looked up, and each one no confirmed entry accounts for is named.
+    ///
+    /// An entry the engine cannot read (a malformed LMDB entry) is one line. A libcrypto that cannot
+    /// unseal at all is thrown (`CryptoError`), never reported as damage.
+    public func vaultDifferences(_ reader: any EngineReader) throws -> [String] {
+        var differences = DifferenceList()
+        do {
+            var entries = 0
+            var confirmed = 0
+            try reader.forEachVaultEntry { vaultKey, entry in
+                entries += 1
+                guard let sealed = entry.sealedUID else {
+                    differences.append("pseudonym \(entry.account): a vault entry points to it, but no UID is sealed under it")
+                    return true
+                }
+                // A sealed UID that does not unseal is named by the third step (which then runs):
+                // once, whether or not an entry points to it.
+                guard let uid = try SealedBox.openIfAuthentic(sealed, key: keys.sealKey) else { return true }
+                if try keys.vaultKey(uidBytes: uid) == vaultKey {
+                    confirmed += 1
+                } else {
+                    differences.append(
+                        "pseudonym \(entry.account): the vault entry pointing to it is not its UID's (the UID sealed under it has another vault key): entries swapped, copied or changed"
+                    )
+                }
+                return true
+            }
+            let sealedUIDs = try reader.vaultEntryCount() - entries
+            guard sealedUIDs != confirmed else { return differences.lines }
+            try forEachUnaccountedSealedUID(reader) { account, problem in differences.append("pseudonym \(account): \(problem)") }
+            if differences.isEmpty {
+                differences.append(
+                    "the identity vault holds \(sealedUIDs) sealed UIDs for \(confirmed) vault entries that are their UIDs': \(abs(sealedUIDs - confirmed)) unaccounted for"
+                )
+            }
+        } catch LedgerStoreError.corrupt(let message) {
+            differences.append("the identity vault cannot be read: \(message)")
+        }
+        return differences.lines
+    }
+
+    /// Visits each sealed UID that no confirmed vault entry accounts for, with what is wrong with it.
+    private func forEachUnaccountedSealedUID(_ reader: any EngineReader, _ report: (AccountID, String) -> Void) throws {
+        var chunk: [(account: AccountID, sealed: [UInt8], vaultKey: Key128)] = []
+        chunk.reserveCapacity(Self.vaultCheckChunk)
+        func flush() throws {
+            let found = try reader.identities(vaultKeys: chunk.map(\.vaultKey))
+            for (account, sealed, vaultKey) in chunk {
+                switch found[vaultKey] {
+                case nil: report(account, "no vault entry points to it: the UID sealed under it has none (removed, or this sealed UID left behind)")
+                case let entry? where entry.account != account:
+                    report(account, "the vault entry of the UID sealed under it points to another pseudonym, \(entry.account)")
+                case let entry? where entry.sealedUID != sealed:
+                    report(account, "a second sealed UID is stored under it, which lookups never read")
+                default: break
+                }
+            }
+            chunk.removeAll(keepingCapacity: true)
+        }
+        try reader.forEachSealedUID { account, sealed in
+            guard let uid = try SealedBox.openIfAuthentic(sealed, key: keys.sealKey) else {
+                report(account, "its sealed UID does not unseal with this store's key (damaged or replaced)")
+                return true
+            }
+            chunk.append((account, sealed, try keys.vaultKey(uidBytes: uid)))
+            if chunk.count == Self.vaultCheckChunk { try flush() }
+            return true
+        }
+        if !chunk.isEmpty { try flush() }
+    }
+}

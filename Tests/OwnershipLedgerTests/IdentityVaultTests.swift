@@ -1,0 +1,244 @@
+import Foundation
+import LedgerCore
+import LedgerCrypto
+import LedgerStore
+import LedgerTestSupport
+import OwnershipLedger
+import Testing
+
+/// The identity vault (a UID's vault key → its pseudonym; the UID sealed under the pseudonym) is
+/// outside the hash chain, so nothing in the log can tell which pseudonym a UID's entry should point
+/// to. `verify` checks the entries against each other, and every lookup of a UID confirms the UID
+/// sealed under the pseudonym it found: two swapped entries would otherwise move a subscription
+/// between accounts with the store reported intact (review 27, H1). On both engines
+/// (`LEDGER_TEST_STORE=postgres`).
+@Suite struct IdentityVaultTests {
+    let t = Fixtures.start
+    let day = Fixtures.day
+    /// Distinctive UIDs, so that a search of any output for them finds only a real leak.
+    let alice = "vault-alice-Q7fR2mXw9k"
+    let bob = "vault-bob-Lc83ZpTe0v"
+    let carol = "vault-carol-Hd51NqYb6s"
+
+    @discardableResult
+    func send(_ submit: SubmitProtocol, _ object: [String: Any]) -> [String: Any] { Fixtures.object(submit.respond(to: Fixtures.line(object))) }
+
+    /// alice buys lineage "1", bob lineage "2", carol lineage "3".
+    func populatedLedger() throws -> (Ledger, TemporaryDirectory, SubmitProtocol) {
+        let (ledger, directory) = try Fixtures.ledger()
+        let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+        for (index, uid) in [alice, bob, carol].enumerated() {
+            let answer = send(submit, ["type": "purchase", "account": uid, "transaction": Fixtures.transaction("\(index + 1)", at: t), "at": t])
+            #expect(answer["decision"] as? String == "granted", "\(answer)")
+        }
+        return (ledger, directory, submit)
+    }
+
+    /// The pseudonym and the sealed UID of `uid`'s account, as stored.
+    static func identity(_ store: LedgerStore, _ uid: String) throws -> (vaultKey: Key128, account: AccountID, sealed: [UInt8]) {
+        try store.read { reader in
+            let account = try #require(try store.pseudonym(ofUID: uid, in: reader))
+            return (try store.keys.vaultKey(uid: uid), account, try #require(try reader.sealedUID(of: account)))
+        }
+    }
+
+    /// Rewrites vault entries below the ledger, as someone with write access to the store could:
+    /// each of `entries` makes `uid`'s vault key point to `account`, and stores `sealed` under
+    /// `account` (in place of what was there). Nothing else changes: no record, no other entry.
+    static func rewriteVault(_ store: LedgerStore, _ entries: [(uid: String, account: AccountID, sealed: [UInt8])]) throws {
+        let vaultKeys = try entries.map { try store.keys.vaultKey(uid: $0.uid) }
+        try store.write { _, writer in
+            var batch = EngineBatch()
+            batch.vaultInserts = zip(vaultKeys, entries).map { ($0, $1.account, $1.sealed) }
+            try writer.apply(batch)
+        }
+    }
+
+    /// Swaps the vault entries of UIDs `a` and `b` (each sealed UID stays under its own pseudonym):
+    /// `a` now points to `b`'s account and `b` to `a`'s, the review's H1.
+    static func swapVaultEntries(_ store: LedgerStore, _ a: String, _ b: String) throws {
+        let (first, second) = (try identity(store, a), try identity(store, b))
+        try rewriteVault(store, [(a, second.account, second.sealed), (b, first.account, first.sealed)])
+    }
+
+    static let swapped =
+        "the vault entry pointing to it is not its UID's (the UID sealed under it has another vault key): entries swapped, copied or changed"
+    static func pointsElsewhere(_ other: AccountID) -> String {
+        "the vault entry of the UID sealed under it points to another pseudonym, \(other)"
+    }
+
+    /// `ledger verify` on the store, through the binary.
+    func verify(_ ledger: Ledger) throws -> LedgerBinary.Result {
+        try LedgerBinary.run(["verify"] + ledger.store.location.arguments)
+    }
+
+    // MARK: Verify
+
+    @Test func verifyReportsTwoSwappedVaultEntriesNamingTheirPseudonyms() throws {
+        let (ledger, directory, _) = try populatedLedger()
+        defer { directory.remove() }
+        #expect(try ledger.store.replay().vaultDifferences == [])
+        let (a, b) = (try Self.identity(ledger.store, alice).account, try Self.identity(ledger.store, bob).account)
+        try Self.swapVaultEntries(ledger.store, alice, bob)
+
+        let expected: Set<String> = [
+            "pseudonym \(a): \(Self.swapped)", "pseudonym \(b): \(Self.swapped)",
+            "pseudonym \(a): \(Self.pointsElsewhere(b))", "pseudonym \(b): \(Self.pointsElsewhere(a))",
+        ]
+        let report = try ledger.store.replay()
+        #expect(!report.isIntact)
+        #expect(report.chainFault == nil && report.violations == [] && report.readModelDifferences == [] && report.indexDifferences == [])
+        #expect(Set(report.vaultDifferences) == expected && report.vaultDifferences.count == 4, "\(report.vaultDifferences)")
+
+        let verified = try verify(ledger)
+        #expect(verified.status == 1, "\(verified.stdout) \(verified.stderr)")
+        #expect(verified.json["intact"] as? Bool == false)
+        #expect(Set(verified.json["vaultDifferences"] as? [String] ?? []) == expected, "\(verified.stdout)")
+        for uid in [alice, bob] { #expect(!(verified.stdout + verified.stderr).contains(uid), "verify names a pseudonym, never a UID") }
+        // A check, not a repair: rebuild does not touch the vault, and verify still fails after it.
+        #expect(try LedgerBinary.run(["rebuild"] + ledger.store.location.arguments).status == 0)
+        #expect(try verify(ledger).status == 1)
+    }
+
+    /// Each kind of vault damage `rewriteVault` can make is named, with the pseudonyms it concerns.
+    @Test func verifyNamesACopiedEntryAnAlienSealedUIDAndOneThatDoesNotUnseal() throws {
+        // bob's entry points to alice's account (copied): bob's own account is left with no entry pointing to it.
+        do {
+            let (ledger, directory, _) = try populatedLedger()
+            defer { directory.remove() }
+            let (a, b) = (try Self.identity(ledger.store, alice), try Self.identity(ledger.store, bob))
+            try Self.rewriteVault(ledger.store, [(bob, a.account, a.sealed)])
+            #expect(
+                Set(try ledger.store.replay().vaultDifferences) == [
+                    "pseudonym \(a.account): \(Self.swapped)", "pseudonym \(b.account): \(Self.pointsElsewhere(a.account))",
+                ])
+        }
+        // alice's account holds bob's sealed UID: two accounts of bob's UID, alice's entry pointing to one of them.
+        do {
+            let (ledger, directory, _) = try populatedLedger()
+            defer { directory.remove() }
+            let (a, b) = (try Self.identity(ledger.store, alice), try Self.identity(ledger.store, bob))
+            try Self.rewriteVault(ledger.store, [(alice, a.account, b.sealed)])
+            #expect(
+                Set(try ledger.store.replay().vaultDifferences) == [
+                    "pseudonym \(a.account): \(Self.swapped)", "pseudonym \(a.account): \(Self.pointsElsewhere(b.account))",
+                ])
+        }
+        // Bytes that do not unseal under alice's account.
+        do {
+            let (ledger, directory, _) = try populatedLedger()
+            defer { directory.remove() }
+            let a = try Self.identity(ledger.store, alice)
+            var damaged = a.sealed
+            damaged[damaged.count - 1] ^= 1
+            try Self.rewriteVault(ledger.store, [(alice, a.account, damaged)])
+            #expect(
+                try ledger.store.replay().vaultDifferences == [
+                    "pseudonym \(a.account): its sealed UID does not unseal with this store's key (damaged or replaced)"
+                ])
+            let verified = try verify(ledger)
+            #expect(verified.status == 1 && verified.json["intact"] as? Bool == false, "\(verified.stdout) \(verified.stderr)")
+        }
+    }
+
+    /// Deletions (the entry and the sealed UID erased together), a UID used again after its deletion
+    /// (a new account), a deletion and a new account of the same UID in one write group, and a
+    /// support transfer to a new account all leave a vault that verifies.
+    @Test func legitimateHistoriesKeepTheVaultConsistent() throws {
+        let staffed = try StaffedLedger("vault-legitimate")
+        let (ledger, directory, submit) = (staffed.ledger, staffed.directory, staffed.submit)
+        defer { directory.remove() }
+        for (index, uid) in [alice, bob, carol, "vault-dave-Pw42Ks"].enumerated() {
+            let answer = send(submit, ["type": "purchase", "account": uid, "transaction": Fixtures.transaction("\(index + 1)", at: t), "at": t])
+            #expect(answer["decision"] as? String == "granted", "\(answer)")
+        }
+        let carolBefore = try #require(try ledger.pseudonym(ofUID: carol))
+        #expect(send(submit, ["type": "delete-account", "account": carol, "at": t + day])["decision"] as? String == "recorded")
+        #expect(try ledger.pseudonym(ofUID: carol) == nil)
+        let again = send(
+            submit, ["type": "purchase", "account": carol, "transaction": Fixtures.transaction("5", at: t + 2 * day), "at": t + 2 * day])
+        #expect(again["decision"] as? String == "granted", "\(again)")
+        #expect(try ledger.pseudonym(ofUID: carol) != carolBefore, "a UID used again after its deletion is a new account")
+        // dave deleted and back in one write group; erin deleted before she ever existed.
+        let payload = try Fixtures.payload(Fixtures.transaction("6", at: t + 3 * day))
+        _ = try ledger.submit(groups: [
+            ([.deleteAccount(uid: "vault-dave-Pw42Ks")], t + 3 * day),
+            ([.transaction(.purchase, uid: "vault-dave-Pw42Ks", payload, .trustedDecoded)], t + 3 * day),
+            ([.deleteAccount(uid: "vault-erin-Ua09Rt")], t + 3 * day),
+        ])
+        #expect(try ledger.account(uid: "vault-dave-Pw42Ks").entitlements.filter(\.active).count == 1)
+        // Support moves alice's lineage 1 to frank, a UID that had no account yet.
+        let request = try ledger.requestTransfer(
+            TransferRequestInput(
+                caseId: "case-A", reason: "customer lost access to the Apple-linked account", originalTransactionId: "1",
+                targetUID: "vault-frank-Zm18Gd", targetAuthentication: "firebase re-auth", ownershipEvidence: "Apple order id looked up"),
+            operator: "olivia", key: staffed.olivia, at: t + 4 * day)
+        #expect(request.accepted, "\(request.refusalReason ?? "")")
+        #expect(try ledger.approveReviewed(caseId: "case-A", approver: "adam", key: staffed.adam, at: t + 4 * day).accepted)
+        let applied = try ledger.applyTransfer(caseId: "case-A", staff: "olivia", key: staffed.olivia, at: t + 4 * day)
+        #expect(applied.accepted, "\(applied.refusalReason ?? "")")
+        let restore = send(
+            submit, ["type": "restore", "account": "vault-frank-Zm18Gd", "transaction": Fixtures.transaction("1", at: t), "at": t + 5 * day])
+        #expect(restore["decision"] as? String == "granted", "\(restore)")
+
+        let report = try ledger.store.replay()
+        #expect(report.isIntact, "\(report.vaultDifferences) \(report.violations)")
+        #expect(report.vaultDifferences == [])
+        let verified = try verify(ledger)
+        #expect(verified.status == 0, "\(verified.stdout) \(verified.stderr)")
+        #expect(verified.json["vaultDifferences"] as? [String] == [])
+    }
+
+    // MARK: Lookups
+
+    /// With two vault entries swapped, every lookup of either UID refuses (exit 3 through the binary)
+    /// instead of answering for the other's account; nothing is appended; other UIDs still decide.
+    @Test func queriesAndSubmitsRefuseASwappedVault() throws {
+        let (ledger, directory, submit) = try populatedLedger()
+        defer { directory.remove() }
+        try Self.swapVaultEntries(ledger.store, alice, bob)
+        let store = ledger.store.location.arguments
+
+        for uid in [alice, bob] {
+            do {
+                let view = try ledger.account(uid: uid)
+                Issue.record("account answered for \(uid): \(view)")
+            } catch {
+                #expect("\(error)".contains("run `ledger verify`"), "\(error)")
+            }
+            #expect(throws: (any Error).self) { try ledger.explain(uid: uid, originalTransactionId: "1", at: t) }
+        }
+        let refusals: [[String]] = [
+            ["account", "--uid", bob], ["account", "--uid", alice], ["explain", "--uid", bob, "--original-transaction-id", "1"],
+            ["dispute", "export", "--original-transaction-id", "1", "--uid", bob, "--out", directory.path("bob.json").path],
+        ]
+        for arguments in refusals {
+            let result = try LedgerBinary.run(arguments + store)
+            #expect(result.status == 3, "\(arguments): \(result.stdout) \(result.stderr)")
+            #expect(result.stdout.isEmpty, "\(arguments): \(result.stdout)")
+            #expect(result.stderr.contains("tampered") && result.stderr.contains("run `ledger verify`"), "\(arguments): \(result.stderr)")
+            for uid in [alice, bob] { #expect(!result.stderr.contains(uid)) }
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.path("bob.json").path), "no bundle is signed")
+        // binding reads the sealed UID of the lineage's account: still alice, as the log says.
+        #expect(try ledger.binding(originalTransactionId: "1").uid == alice)
+
+        // Submits: bob's restore of alice's lineage and alice's own are refused, nothing appended.
+        let head = try ledger.store.head().sequence
+        for uid in [bob, alice] {
+            let answer = send(submit, ["type": "restore", "account": uid, "transaction": Fixtures.transaction("1", at: t), "at": t + day])
+            #expect(answer["decision"] as? String == "invalid" && answer["code"] as? String == "internal", "\(answer)")
+            #expect((answer["message"] as? String ?? "").contains("run `ledger verify`"), "\(answer)")
+        }
+        let lines = [bob, alice].map { uid in
+            Fixtures.line(["type": "restore", "account": uid, "transaction": Fixtures.transaction("1", at: t), "at": t + day])
+        }
+        let submitted = try LedgerBinary.run(["submit", "--trust-decoded"] + store, stdin: lines.joined(separator: "\n") + "\n")
+        let answers = submitted.lines.map(Fixtures.object)
+        #expect(answers.count == 2 && answers.allSatisfy { $0["code"] as? String == "internal" }, "\(submitted.stdout) \(submitted.stderr)")
+        #expect(try ledger.store.head().sequence == head, "nothing appended")
+        // carol's entry is intact: she still decides.
+        let carols = send(submit, ["type": "restore", "account": carol, "transaction": Fixtures.transaction("3", at: t), "at": t + day])
+        #expect(carols["decision"] as? String == "granted", "\(carols)")
+    }
+}
