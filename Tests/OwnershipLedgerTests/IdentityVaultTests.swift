@@ -1,10 +1,11 @@
 import Foundation
 import LedgerCore
 import LedgerCrypto
-@testable import LedgerStore
 import LedgerTestSupport
 import OwnershipLedger
 import Testing
+
+@testable import LedgerStore
 
 /// The identity vault (a UID's vault key → its pseudonym; the UID sealed under the pseudonym) is
 /// outside the hash chain, so nothing in the log can tell which pseudonym a UID's entry should point
