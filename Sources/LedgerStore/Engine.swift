@@ -283,3 +283,27 @@ extension EngineReader {
         }
     }
 }
+
+/// A sealed UID as the engines hand it up and take it down: a layout byte, then the AES-256-GCM seal
+/// (nonce(12) ‖ ciphertext ‖ tag(16)) under the ledger's seal key (docs/storage-format.md, "The
+/// identity vault").
+///
+/// - ``bound`` (1): sealed with associated data naming the pseudonym it is stored under
+///   (``associatedData(_:)``), so it opens under no other pseudonym: a sealed UID moved with its vault
+///   entry to another account fails authentication. Every seal written since 2026-12-02 (session 28).
+///   Stored with its layout byte, where the engine tells it apart by its key (LMDB: `w` ‖ pseudonym)
+///   or a column (PostgreSQL: `ledger_sealed_uids.bound`), never by its bytes.
+/// - ``legacy`` (0): sealed without associated data by earlier builds (LMDB: `v` or `p` ‖ pseudonym;
+///   PostgreSQL: `bound` false). Stored without the byte (a nonce can begin with any byte, which is
+///   why the layouts are told apart by key or column); the engine adds it when reading. Still read,
+///   erased and copied, never written by a new account; only the vault's consistency check
+///   (``LedgerStore/vaultDifferences(_:)``) protects it.
+public enum SealedUID {
+    public static let legacy: UInt8 = 0
+    public static let bound: UInt8 = 1
+    /// The domain label before the pseudonym in a bound seal's associated data.
+    public static let label = Array("ownership-ledger/identity-seal/pseudonym/v1".utf8)
+
+    /// The associated data of a UID sealed under `account`: ``label`` ‖ 0 ‖ the pseudonym's 16 bytes.
+    public static func associatedData(_ account: AccountID) -> [UInt8] { label + [0] + account.bytes }
+}

@@ -197,12 +197,25 @@ struct LMDBAccess: EngineReader, EngineWriter {
     let storedForms = StoredRecordDictionaryCell()
 
     static let vaultPrefix: UInt8 = 0x75  // "u"
-    /// Sealed UIDs, after every `u` entry so that new ones (position-ordered pseudonyms) are appended
-    /// at the end of the tree and fill its pages.
+    /// Legacy sealed UIDs (``SealedUID/legacy``, stored without the layout byte), after every `u`
+    /// entry, as builds up to session 27 wrote them. Read, erased and copied (a migration of a
+    /// legacy seal), never written for a new account.
     static let sealedPrefix: UInt8 = 0x76  // "v"
-    /// Sealed UIDs as stores written by earlier binaries (main up to 2505f95, and format 1) hold them:
-    /// before the `u` entries, in the middle of the tree. Read and erased, never written.
+    /// Bound sealed UIDs (``SealedUID/bound``, stored with their layout byte), after every `u` and
+    /// `v` entry so that new ones (position-ordered pseudonyms) are appended at the end of the tree
+    /// and fill its pages. The key, not the value, tells the layouts apart.
+    static let boundSealedPrefix: UInt8 = 0x77  // "w"
+    /// Sealed UIDs as stores written by earlier binaries (main up to 2505f95, and format 1) hold them
+    /// (legacy, without the layout byte): before the `u` entries, in the middle of the tree. Read and
+    /// erased, never written.
     static let earlierSealedPrefix: UInt8 = 0x70  // "p"
+    /// Every prefix a sealed UID is stored under.
+    static let sealedPrefixes = [boundSealedPrefix, sealedPrefix, earlierSealedPrefix]
+
+    /// A stored sealed UID under `prefix`, as the engine hands it up (``SealedUID``).
+    static func sealedValue(prefix: UInt8, stored: UnsafeRawBufferPointer) -> [UInt8] {
+        prefix == boundSealedPrefix ? Array(stored) : [SealedUID.legacy] + Array(stored)
+    }
 
     static func u64(_ buffer: UnsafeRawBufferPointer) -> UInt64? {
         guard buffer.count == 8 else { return nil }
@@ -658,8 +671,12 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     func sealedUID(of account: AccountID) throws -> [UInt8]? {
-        for prefix in [Self.sealedPrefix, Self.earlierSealedPrefix] {
-            if let sealed = try KeyBuffer(prefix, account.key).with({ k in try txn.get(db.identities, k).map(Array.init) }) { return sealed }
+        for prefix in Self.sealedPrefixes {
+            if let sealed = try KeyBuffer(prefix, account.key).with({ k in
+                try txn.get(db.identities, k).map { Self.sealedValue(prefix: prefix, stored: $0) }
+            }) {
+                return sealed
+            }
         }
         return nil
     }
@@ -676,7 +693,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
         }
     }
 
-    /// The `p` entries, then (past the `u` entries) the `v` entries.
+    /// The `p` entries, then (past the `u` entries) the `v` and `w` entries.
     func forEachSealedUID(_ body: (AccountID, [UInt8]) throws -> Bool) throws {
         let cursor = try txn.cursor(db.identities)
         defer { cursor.close() }
@@ -686,10 +703,10 @@ struct LMDBAccess: EngineReader, EngineWriter {
                 entry = try [Self.sealedPrefix].withUnsafeBytes { try cursor.get(MDB_SET_RANGE, key: $0) }
                 continue
             }
-            guard key.count == 17, key.first == Self.sealedPrefix || key.first == Self.earlierSealedPrefix else {
+            guard key.count == 17, let prefix = key.first, Self.sealedPrefixes.contains(prefix) else {
                 throw corrupt("an identities entry of no known kind (a \(key.count)-byte key beginning \(Array(key.prefix(1)).hex))")
             }
-            guard try body(AccountID(Key128(loading: key, at: 1)), Array(value)) else { return }
+            guard try body(AccountID(Key128(loading: key, at: 1)), Self.sealedValue(prefix: prefix, stored: value)) else { return }
             entry = try cursor.get(MDB_NEXT)
         }
     }
@@ -764,7 +781,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
         // Erasures before insertions: a UID deleted and then used again in one group keeps its new mapping.
         for erasure in batch.vaultErasures {
             try KeyBuffer(Self.vaultPrefix, erasure.vaultKey).with { k in try txn.delete(db.identities, k) }
-            for prefix in [Self.sealedPrefix, Self.earlierSealedPrefix] {
+            for prefix in Self.sealedPrefixes {
                 try KeyBuffer(prefix, erasure.account.key).with { k in try txn.delete(db.identities, k) }
             }
         }
@@ -773,15 +790,24 @@ struct LMDBAccess: EngineReader, EngineWriter {
                 try insert.account.key.withBytes { v in try txn.put(db.identities, k, v) }
             }
         }
-        // Sealed UIDs in pseudonym order (the batch's order among equal pseudonyms, so the last wins).
-        var sealedEnd = try AppendPosition(lastOf: db.identities, in: txn, duplicates: false)
-        let sealedOrder = batch.vaultInserts.indices.sorted { a, b in
-            (batch.vaultInserts[a].account.key, a) < (batch.vaultInserts[b].account.key, b)
+        // Sealed UIDs in key order (the batch's order among equal keys, so the last wins): bound
+        // seals under `w` with their layout byte, legacy ones (a migration's copy) under `v` without.
+        func sealedKey(_ index: Int) throws -> (prefix: UInt8, stored: ArraySlice<UInt8>) {
+            let sealed = batch.vaultInserts[index].sealedUID
+            switch sealed.first {
+            case SealedUID.bound: return (Self.boundSealedPrefix, sealed[...])
+            case SealedUID.legacy: return (Self.sealedPrefix, sealed.dropFirst())
+            default: throw corrupt("a sealed UID of no known layout to store (\(Array(sealed.prefix(1)).hex))")
+            }
         }
-        for index in sealedOrder {
-            let insert = batch.vaultInserts[index]
-            try KeyBuffer(Self.sealedPrefix, insert.account.key).with { k in
-                try insert.sealedUID.withUnsafeBytes { v in try sealedEnd.put(k, v, into: db.identities, in: txn) }
+        var sealedEnd = try AppendPosition(lastOf: db.identities, in: txn, duplicates: false)
+        let keyed = try batch.vaultInserts.indices.map { (index: $0, key: try sealedKey($0)) }
+        let sealedOrder = keyed.sorted { a, b in
+            (a.key.prefix, batch.vaultInserts[a.index].account.key, a.index) < (b.key.prefix, batch.vaultInserts[b.index].account.key, b.index)
+        }
+        for (index, key) in sealedOrder {
+            try KeyBuffer(key.prefix, batch.vaultInserts[index].account.key).with { k in
+                try key.stored.withUnsafeBytes { v in try sealedEnd.put(k, v, into: db.identities, in: txn) }
             }
         }
         for (key, value) in batch.meta { try putMeta(Array(key.rawValue.utf8), value) }

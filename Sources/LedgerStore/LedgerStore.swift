@@ -342,12 +342,28 @@ public final class LedgerStore: @unchecked Sendable {
 
     /// The UID `account` was issued for, while the account lives.
     public func uid(of account: AccountID, in reader: any EngineReader) throws -> String? {
-        try reader.sealedUID(of: account).map(uid(sealed:))
+        try reader.sealedUID(of: account).map { try uid(sealed: $0, of: account) }
     }
 
-    /// The UID in a sealed vault entry.
-    public func uid(sealed: [UInt8]) throws -> String {
-        String(decoding: try SealedBox.open(sealed, key: keys.sealKey), as: UTF8.self)
+    /// The UID in `sealed`, the sealed UID stored under `account` (``SealedUID``). Throws
+    /// ``LedgerStoreError/identityVaultMismatch`` when it does not open there.
+    public func uid(sealed: [UInt8], of account: AccountID) throws -> String {
+        guard let uid = try openSealedUID(sealed, of: account) else { throw LedgerStoreError.identityVaultMismatch }
+        return String(decoding: uid, as: UTF8.self)
+    }
+
+    /// The UID's bytes in `sealed` (a sealed UID as the engines hand it, ``SealedUID``) stored under
+    /// `account`; nil when it is not authentic there: a bound seal moved from another pseudonym, a
+    /// byte changed, another key, a layout byte of no known layout. Throws only when libcrypto fails.
+    public func openSealedUID(_ sealed: [UInt8], of account: AccountID) throws -> [UInt8]? {
+        switch sealed.first {
+        case SealedUID.bound:
+            return try SealedBox.openIfAuthentic(Array(sealed.dropFirst()), key: keys.sealKey, associatedData: SealedUID.associatedData(account))
+        case SealedUID.legacy:
+            return try SealedBox.openIfAuthentic(Array(sealed.dropFirst()), key: keys.sealKey)
+        default:
+            return nil
+        }
     }
 
     /// The pseudonym of the live account `uid`, if any: the one its vault entry points to, once the
@@ -364,7 +380,7 @@ public final class LedgerStore: @unchecked Sendable {
     /// ``LedgerStoreError/identityVaultMismatch`` when no sealed UID is stored under the pseudonym, it
     /// does not unseal, or it is another UID (and a `CryptoError` when libcrypto cannot unseal at all).
     public func confirm(_ entry: VaultEntry, uid: String) throws -> AccountID {
-        guard let sealed = entry.sealedUID, let unsealed = try SealedBox.openIfAuthentic(sealed, key: keys.sealKey),
+        guard let sealed = entry.sealedUID, let unsealed = try openSealedUID(sealed, of: entry.account),
             unsealed.elementsEqual(uid.utf8)
         else { throw LedgerStoreError.identityVaultMismatch }
         return entry.account
@@ -397,7 +413,12 @@ public final class LedgerStore: @unchecked Sendable {
             try random.fill(base + 6, count: 10)
         }
         guard let account = AccountID(bytes) else { throw LedgerStoreError.corrupt("pseudonym") }
-        return (account, try vaultKey ?? keys.vaultKey(uid: uid), try SealedBox.seal(Array(uid.utf8), key: keys.sealKey, random: random))
+        return (account, try vaultKey ?? keys.vaultKey(uid: uid), try sealUID(Array(uid.utf8), under: account, random: random))
+    }
+
+    /// `uid` sealed under `account`, bound to it (``SealedUID/bound``), as the engines store it.
+    public func sealUID(_ uid: [UInt8], under account: AccountID, random: RandomPool) throws -> [UInt8] {
+        [SealedUID.bound] + (try SealedBox.seal(uid, key: keys.sealKey, associatedData: SealedUID.associatedData(account), random: random))
     }
 
     /// Random bytes one new pseudonym takes: 10 of its own, 12 for its seal's nonce.

@@ -42,10 +42,24 @@ final class PostgresAccess: EngineReader, EngineWriter {
     /// `ledger_changes` rows the committing group leaves (``ChangeLog/kept``; tests make it small).
     var keptChanges = ChangeLog.kept
 
-    init(connection: PostgresConnection, store: String, writing: Bool) {
+    /// Whether `ledger_sealed_uids` has its `bound` column (without it, every sealed UID is legacy).
+    let boundColumn: Bool
+
+    init(connection: PostgresConnection, store: String, writing: Bool, boundColumn: Bool) {
         self.connection = connection
         self.store = store
         self.writing = writing
+        self.boundColumn = boundColumn
+    }
+
+    /// The `bound` column of `ledger_sealed_uids` as `alias` names the table, or false when there is none.
+    private func bound(_ alias: String) -> String { boundColumn ? "\(alias).bound" : "false" }
+
+    /// A sealed UID read with its `bound` column, as the engines hand it up (``SealedUID``): a bound
+    /// one is stored with its layout byte, a legacy one without.
+    static func sealedValue(_ stored: [UInt8]?, bound: [UInt8]?) -> [UInt8]? {
+        guard let stored else { return nil }
+        return bound == [1] ? stored : [SealedUID.legacy] + stored
     }
 
     /// Begins the write group: its transaction and the lock on the head row are sent with the
@@ -106,7 +120,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
         // The snapshot, outside the lock (its rows decoded before the lock is asked for).
         var statements = [PostgresStatement("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"), ChangeLog.generationStatement]
         if !commands.isEmpty { statements.append(Self.latestRecordsStatement(commands)) }
-        if !vaultKeys.isEmpty { statements.append(Self.identitiesStatement(vaultKeys)) }
+        if !vaultKeys.isEmpty { statements.append(Self.identitiesStatement(vaultKeys, bound: bound("s"))) }
         if !readModelKeys.isEmpty { statements.append(Self.readModelsStatement(readModelKeys)) }
         var rows = try connection.pipeline(statements + [PostgresStatement("COMMIT")])[1...]
         let generationRows = rows.removeFirst()
@@ -202,7 +216,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
     private func readUnderLock(commands: [CommandRef], vaultKeys: [Key128], readModelKeys: [[UInt8]]) throws {
         var statements: [PostgresStatement] = []
         if !commands.isEmpty { statements.append(Self.latestRecordsStatement(commands)) }
-        if !vaultKeys.isEmpty { statements.append(Self.identitiesStatement(vaultKeys)) }
+        if !vaultKeys.isEmpty { statements.append(Self.identitiesStatement(vaultKeys, bound: bound("s"))) }
         if !readModelKeys.isEmpty { statements.append(Self.readModelsStatement(readModelKeys)) }
         guard !statements.isEmpty || lockPending else { return }
         var rows = try run(pending + statements)[...]
@@ -526,16 +540,16 @@ final class PostgresAccess: EngineReader, EngineWriter {
             }
         }
         guard !asked.isEmpty else { return out }
-        let statement = Self.identitiesStatement(asked)
+        let statement = Self.identitiesStatement(asked, bound: bound("s"))
         return try out.merging(decodeIdentities(query(statement.sql, statement.parameters), asked: asked)) { _, read in read }
     }
 
     /// The vault entries of `vaultKeys`, each with the UID sealed under its pseudonym (NULL when none).
-    private static func identitiesStatement(_ vaultKeys: [Key128]) -> PostgresStatement {
+    private static func identitiesStatement(_ vaultKeys: [Key128], bound: String) -> PostgresStatement {
         PostgresStatement(
             byKey(
                 table: "ledger_identities AS i LEFT JOIN ledger_sealed_uids AS s ON s.account = i.account", key: "i.vault_key",
-                columns: "i.vault_key, i.account, s.sealed_uid"), [.bytesArray(vaultKeys.map(\.bytes))])
+                columns: "i.vault_key, i.account, s.sealed_uid, \(bound)"), [.bytesArray(vaultKeys.map(\.bytes))])
     }
 
     /// The vault entries read for `asked`; under the head lock, the keys not found are noted as absent.
@@ -543,14 +557,16 @@ final class PostgresAccess: EngineReader, EngineWriter {
         var out: [Key128: VaultEntry] = [:]
         for row in 0..<rows.count {
             out[try PostgresRowDecoding.key128(rows.value(row, 0))] = VaultEntry(
-                account: AccountID(try PostgresRowDecoding.key128(rows.value(row, 1))), sealedUID: rows.bytes(row, 2))
+                account: AccountID(try PostgresRowDecoding.key128(rows.value(row, 1))),
+                sealedUID: Self.sealedValue(rows.bytes(row, 2), bound: rows.bytes(row, 3)))
         }
         if lockedHead != nil { absentVaultKeys.formUnion(asked.filter { out[$0] == nil }) }
         return out
     }
 
     func sealedUID(of account: AccountID) throws -> [UInt8]? {
-        try query("SELECT sealed_uid FROM ledger_sealed_uids WHERE account = $1", [.bytes(account.bytes)]).bytes(0, 0)
+        let rows = try query("SELECT sealed_uid, \(bound("s")) FROM ledger_sealed_uids AS s WHERE account = $1", [.bytes(account.bytes)])
+        return rows.count == 0 ? nil : Self.sealedValue(rows.bytes(0, 0), bound: rows.bytes(0, 1))
     }
 
     func forEachVaultEntry(_ body: (Key128, VaultEntry) throws -> Bool) throws {
@@ -558,13 +574,14 @@ final class PostgresAccess: EngineReader, EngineWriter {
         while true {
             let rows = try query(
                 """
-                SELECT i.vault_key, i.account, s.sealed_uid FROM ledger_identities AS i LEFT JOIN ledger_sealed_uids AS s ON s.account = i.account
+                SELECT i.vault_key, i.account, s.sealed_uid, \(bound("s")) FROM ledger_identities AS i
+                LEFT JOIN ledger_sealed_uids AS s ON s.account = i.account
                 """ + (after == nil ? "" : " WHERE i.vault_key > $1") + " ORDER BY i.vault_key LIMIT \(PostgresEngine.page)",
                 after.map { [.bytes($0)] } ?? [])
             for row in 0..<rows.count {
                 let account = AccountID(try PostgresRowDecoding.key128(rows.value(row, 1)))
-                guard try body(try PostgresRowDecoding.key128(rows.value(row, 0)), VaultEntry(account: account, sealedUID: rows.bytes(row, 2)))
-                else { return }
+                let entry = VaultEntry(account: account, sealedUID: Self.sealedValue(rows.bytes(row, 2), bound: rows.bytes(row, 3)))
+                guard try body(try PostgresRowDecoding.key128(rows.value(row, 0)), entry) else { return }
             }
             guard rows.count == PostgresEngine.page else { return }
             after = rows.bytes(rows.count - 1, 0)
@@ -575,11 +592,12 @@ final class PostgresAccess: EngineReader, EngineWriter {
         var after: [UInt8]?
         while true {
             let rows = try query(
-                "SELECT account, sealed_uid FROM ledger_sealed_uids" + (after == nil ? "" : " WHERE account > $1")
+                "SELECT account, sealed_uid, \(bound("s")) FROM ledger_sealed_uids AS s" + (after == nil ? "" : " WHERE account > $1")
                     + " ORDER BY account LIMIT \(PostgresEngine.page)",
                 after.map { [.bytes($0)] } ?? [])
             for row in 0..<rows.count {
-                guard try body(AccountID(try PostgresRowDecoding.key128(rows.value(row, 0))), rows.bytes(row, 1) ?? []) else { return }
+                let sealed = Self.sealedValue(rows.bytes(row, 1) ?? [], bound: rows.bytes(row, 2)) ?? []
+                guard try body(AccountID(try PostgresRowDecoding.key128(rows.value(row, 0))), sealed) else { return }
             }
             guard rows.count == PostgresEngine.page else { return }
             after = rows.bytes(rows.count - 1, 0)
@@ -699,7 +717,7 @@ final class PostgresAccess: EngineReader, EngineWriter {
                 if absentVaultKeys.remove(insert.vaultKey) != nil { fresh.append(insert) } else { others.append(insert) }
             }
             let upsertIdentity = " ON CONFLICT (vault_key) DO UPDATE SET account = EXCLUDED.account"
-            let upsertSealed = " ON CONFLICT (account) DO UPDATE SET sealed_uid = EXCLUDED.sealed_uid"
+            let upsertSealed = " ON CONFLICT (account) DO UPDATE SET sealed_uid = EXCLUDED.sealed_uid, bound = EXCLUDED.bound"
             for (rows, conflict) in [(fresh, ""), (others, upsertIdentity)] where !rows.isEmpty {
                 pending.append(
                     PostgresStatement(
@@ -710,11 +728,22 @@ final class PostgresAccess: EngineReader, EngineWriter {
                 (fresh.map { ($0.account.bytes, $0.sealedUID) }, ""),
                 (Self.lastOfEachKey(others.map { ($0.account.bytes, $0.sealedUID) }), upsertSealed),
             ]
+            // Bound seals stored with their layout byte, legacy ones (a migration's copy) without (``SealedUID``).
             for (rows, conflict) in sealed where !rows.isEmpty {
-                pending.append(
-                    PostgresStatement(
-                        "INSERT INTO ledger_sealed_uids (account, sealed_uid) SELECT * FROM unnest($1::bytea[], $2::bytea[])" + conflict,
-                        [.bytesArray(rows.map(\.0)), .bytesArray(rows.map(\.1))]))
+                var stored: [(bound: Bool, rows: [([UInt8], [UInt8])])] = [(true, []), (false, [])]
+                for (account, value) in rows {
+                    switch value.first {
+                    case SealedUID.bound: stored[0].rows.append((account, value))
+                    case SealedUID.legacy: stored[1].rows.append((account, Array(value.dropFirst())))
+                    default: throw LedgerStoreError.corrupt("a sealed UID of no known layout to store")
+                    }
+                }
+                for (bound, rows) in stored where !rows.isEmpty {
+                    pending.append(
+                        PostgresStatement(
+                            "INSERT INTO ledger_sealed_uids (account, sealed_uid, bound) SELECT a, s, \(bound) FROM unnest($1::bytea[], $2::bytea[]) AS t(a, s)"
+                                + conflict, [.bytesArray(rows.map(\.0)), .bytesArray(rows.map(\.1))]))
+                }
             }
         }
         if !batch.meta.isEmpty {

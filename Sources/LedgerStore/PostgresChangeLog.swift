@@ -29,7 +29,8 @@ enum ChangeLog {
         """
         SELECT to_regclass('ledger_changes') IS NOT NULL AND to_regprocedure('ledger_require_generation()') IS NOT NULL
                 AND (SELECT count(*) FROM pg_trigger WHERE tgname = 'ledger_require_generation' AND NOT tgisinternal
-                     AND tgrelid = ANY(ARRAY(SELECT to_regclass(t) FROM unnest($1::text[]) AS t))) = $2,
+                     AND tgrelid = ANY(ARRAY(SELECT to_regclass(t) FROM unnest($1::text[]) AS t))) = $2
+                AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('ledger_sealed_uids') AND attname = 'bound' AND NOT attisdropped),
             EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('ledger_require_generation()') AND prosrc = $3)
         """, [.textArray(guardedTables), .int64(Int64(guardedTables.count)), .text(guardFunctionBody)])
 
@@ -47,7 +48,15 @@ enum ChangeLog {
         """,
         // Fingerprints do not compress: do not try.
         "ALTER TABLE ledger_changes ALTER COLUMN keys SET STORAGE EXTERNAL",
+        // Which sealed UIDs are bound to their pseudonym (``SealedUID``): false for those written before.
+        "ALTER TABLE ledger_sealed_uids ADD COLUMN IF NOT EXISTS bound boolean NOT NULL DEFAULT false",
     ]
+
+    /// Whether `ledger_sealed_uids` has its `bound` column (a store no writer of session 28 or later
+    /// has opened yet has not: every sealed UID in it is legacy).
+    static let boundColumnStatement = PostgresStatement(
+        "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('ledger_sealed_uids') AND attname = 'bound' AND NOT attisdropped)"
+    )
 
     /// The tables a write group writes besides the head and `ledger_changes`.
     static let guardedTables = [

@@ -17,7 +17,7 @@ import Projections
 /// | `ledger_merkle` | (level, index) → 32-byte node |
 /// | `ledger_read_models` | `ReadModel` key → value |
 /// | `ledger_identities` | vault key(16) → pseudonym(16) |
-/// | `ledger_sealed_uids` | pseudonym(16) → sealed UID |
+/// | `ledger_sealed_uids` | pseudonym(16) → sealed UID, and whether it is bound to the pseudonym (``SealedUID``) |
 /// | `ledger_meta` | name → value (`MetaKey`) |
 /// | `ledger_changes` | generation → head sequences when locked and committed, fingerprints of the keys written (``ChangeLog``) |
 ///
@@ -55,6 +55,10 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
     private var writer: PostgresConnection?
     /// Whether the store is known to have the write generation and `ledger_changes` (``ChangeLog``).
     private var changeLogReady = false
+    /// Whether `ledger_sealed_uids` is known to have its `bound` column (it is never dropped: once
+    /// seen, not asked again; a reader of a store without it asks in each read transaction).
+    private let boundColumnLock = NSLock()
+    private var boundColumnSeen = false
     /// Called in each write group between its snapshot reads and its lock (tests).
     var afterSnapshotReads: (() throws -> Void)?
     /// Called in each write group once its `COMMIT` is sent, before the answer is read (tests).
@@ -147,7 +151,8 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
     public func read<T>(_ body: (any EngineReader) throws -> T) throws -> T {
         let connection = try readConnection()
         do {
-            let value = try body(PostgresAccess(connection: connection, store: url.description, writing: false))
+            let value = try body(
+                PostgresAccess(connection: connection, store: url.description, writing: false, boundColumn: try hasBoundColumn(connection)))
             try connection.query("COMMIT")
             release(connection)
             return value
@@ -169,7 +174,8 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
                 try backoff.wait(after: error, store: url.description)
                 continue
             }
-            let access = PostgresAccess(connection: connection, store: url.description, writing: true)
+            // The change log's schema (``prepareChangeLog(_:)``, before any statement of the group) gives it the `bound` column.
+            let access = PostgresAccess(connection: connection, store: url.description, writing: true, boundColumn: true)
             access.afterSnapshotReads = afterSnapshotReads
             access.afterCommitSent = afterCommitSent
             access.keptChanges = keptChanges
@@ -332,6 +338,15 @@ public final class PostgresEngine: LedgerEngine, @unchecked Sendable {
     /// A connection with a read transaction begun: an idle pooled one, or a new one. Reads do not
     /// wait for a server that is down (a query answers "unavailable" at once, and `serve` 503); a
     /// pooled connection the server dropped (a restart) is replaced.
+    /// Whether `ledger_sealed_uids` has its `bound` column, asked on `connection` until it has.
+    private func hasBoundColumn(_ connection: PostgresConnection) throws -> Bool {
+        if boundColumnLock.withLock({ boundColumnSeen }) { return true }
+        let rows = try connection.query(ChangeLog.boundColumnStatement)
+        guard rows.bytes(0, 0) == [1] else { return false }
+        boundColumnLock.withLock { boundColumnSeen = true }
+        return true
+    }
+
     private func readConnection() throws -> PostgresConnection {
         var lastError: PostgresError?
         for _ in 0..<Self.poolLimit + 1 {

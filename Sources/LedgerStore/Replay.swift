@@ -46,6 +46,9 @@ public struct ReplayReport: Sendable {
     /// naming a pseudonym, never a UID. At most 100 lines, then one "… and N more". Checked by `verify`
     /// (a replay without repair), not by a repair.
     public var vaultDifferences: [String] = []
+    /// Vault entries whose UID is sealed in the legacy layout (``SealedUID/legacy``: not bound to its
+    /// pseudonym, protected only by the consistency check); nil when the vault was not checked.
+    public var legacySealedUIDs: Int?
 
     public var isIntact: Bool {
         chainFault == nil && violations.isEmpty && readModelDifferences.isEmpty && indexDifferences.isEmpty && vaultDifferences.isEmpty
@@ -257,7 +260,7 @@ extension LedgerStore {
                         passes.add(analysis)
                     }
                     var report = passes.report
-                    if checkingVault { report.vaultDifferences = try vaultDifferences(reader) }
+                    if checkingVault { (report.vaultDifferences, report.legacySealedUIDs) = try vaultCheck(reader) }
                     return report
                 }
             }

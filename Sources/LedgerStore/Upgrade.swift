@@ -626,7 +626,7 @@ final class FormatOneSource {
     }
 
     /// The identity vault in chunks: `u` ‖ HMAC(uid) (32 bytes) → pseudonym, with the sealed UID
-    /// stored under `p` ‖ pseudonym.
+    /// stored under `p` ‖ pseudonym (legacy: ``SealedUID/legacy``, copied as is).
     func forEachIdentity(_ body: ([(vaultKey: Key128, account: AccountID, sealedUID: [UInt8])]) throws -> Void) throws {
         var chunk: [(vaultKey: Key128, account: AccountID, sealedUID: [UInt8])] = []
         try environment.read { txn in
@@ -637,7 +637,7 @@ final class FormatOneSource {
                 guard let sealed = try txn.get("identities", [LMDBAccess.earlierSealedPrefix] + value) else {
                     throw LedgerStoreError.corrupt("format-1 identity vault: account \(account) has no sealed UID")
                 }
-                chunk.append((vaultKey, account, sealed))
+                chunk.append((vaultKey, account, [SealedUID.legacy] + sealed))
                 if chunk.count >= FormatOneUpgrade.groupSize {
                     try body(chunk)
                     chunk = []

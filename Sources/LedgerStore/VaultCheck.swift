@@ -26,8 +26,21 @@ extension LedgerStore {
     ///
     /// An entry the engine cannot read (a malformed LMDB entry) is one line. A libcrypto that cannot
     /// unseal at all is thrown (`CryptoError`), never reported as damage.
+    ///
+    /// A UID sealed since session 28 is bound to its pseudonym (``SealedUID/bound``): moved under
+    /// another pseudonym, with or without the vault entries, it does not unseal there, and is named
+    /// ("does not unseal … under this pseudonym"). A legacy seal (``SealedUID/legacy``) is not: two
+    /// legacy seals swapped together with their entries stay consistent. ``vaultCheck(_:)`` also
+    /// counts them.
     public func vaultDifferences(_ reader: any EngineReader) throws -> [String] {
+        try vaultCheck(reader).differences
+    }
+
+    /// ``vaultDifferences(_:)``, and how many of the vault entries point to a legacy (unbound) seal:
+    /// the accounts whose vault is protected only by the consistency check.
+    public func vaultCheck(_ reader: any EngineReader) throws -> (differences: [String], legacySeals: Int) {
         var differences = DifferenceList()
+        var legacySeals = 0
         do {
             var entries = 0
             var confirmed = 0
@@ -39,7 +52,8 @@ extension LedgerStore {
                 }
                 // A sealed UID that does not unseal is named by the third step (which then runs):
                 // once, whether or not an entry points to it.
-                guard let uid = try SealedBox.openIfAuthentic(sealed, key: keys.sealKey) else { return true }
+                guard let uid = try openSealedUID(sealed, of: entry.account) else { return true }
+                if sealed.first == SealedUID.legacy { legacySeals += 1 }
                 if try keys.vaultKey(uidBytes: uid) == vaultKey {
                     confirmed += 1
                 } else {
@@ -50,7 +64,7 @@ extension LedgerStore {
                 return true
             }
             let sealedUIDs = try reader.vaultEntryCount() - entries
-            guard sealedUIDs != confirmed else { return differences.lines }
+            guard sealedUIDs != confirmed else { return (differences.lines, legacySeals) }
             try forEachUnaccountedSealedUID(reader) { account, problem in differences.append("pseudonym \(account): \(problem)") }
             if differences.isEmpty {
                 differences.append(
@@ -60,7 +74,7 @@ extension LedgerStore {
         } catch LedgerStoreError.corrupt(let message) {
             differences.append("the identity vault cannot be read: \(message)")
         }
-        return differences.lines
+        return (differences.lines, legacySeals)
     }
 
     /// Visits each sealed UID that no confirmed vault entry accounts for, with what is wrong with it.
@@ -82,8 +96,12 @@ extension LedgerStore {
             chunk.removeAll(keepingCapacity: true)
         }
         try reader.forEachSealedUID { account, sealed in
-            guard let uid = try SealedBox.openIfAuthentic(sealed, key: keys.sealKey) else {
-                report(account, "its sealed UID does not unseal with this store's key (damaged or replaced)")
+            guard let uid = try openSealedUID(sealed, of: account) else {
+                report(
+                    account,
+                    sealed.first == SealedUID.bound
+                        ? "its sealed UID does not unseal with this store's key under this pseudonym (damaged, replaced, or moved from another pseudonym)"
+                        : "its sealed UID does not unseal with this store's key (damaged or replaced)")
                 return true
             }
             chunk.append((account, sealed, try keys.vaultKey(uidBytes: uid)))

@@ -188,7 +188,7 @@ struct WriteGroup {
     /// The UID of a live account (for display), if the vault still has it.
     func uid(of account: AccountID) throws -> String? {
         if let issued = vaultInserts.first(where: { $0.account == account }) {
-            return try store.uid(sealed: issued.sealedUID)
+            return try store.uid(sealed: issued.sealedUID, of: account)
         }
         guard !vaultErasures.contains(where: { $0.account == account }) else { return nil }
         return try store.uid(of: account, in: reader)

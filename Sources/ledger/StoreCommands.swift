@@ -149,7 +149,10 @@ struct VerifyCommand: Subcommand {
         commands, lineages, account-lineages and merkle indexes against the entries the log implies.
         Then the identity vault, which is outside the hash chain, against itself: every UID's entry
         must point to the account whose sealed UID is that UID, and every sealed UID must be pointed
-        to by exactly one entry (vaultDifferences, naming pseudonyms, never a UID).
+        to by exactly one entry (vaultDifferences, naming pseudonyms, never a UID); a UID sealed
+        since session 28 is bound to its pseudonym and fails there when moved; legacySealedUIDs
+        counts the entries whose UID was sealed by an earlier build, unbound, which only that
+        consistency check protects (docs/storage-format.md, "The identity vault").
         Prints a JSON report (events, readModelDifferences, indexDifferences, vaultDifferences: at most
         100 lines each, then "… and N more"; formatOneHistory: support steps an upgrade copied from storage format 1
         without the signatures format 2 requires, which are not violations). Exit 0 only when all hold;
@@ -182,7 +185,7 @@ struct VerifyCommand: Subcommand {
             "intact": report.isIntact, "verifiedRecords": report.verifiedRecords, "events": report.events,
             "invariantViolations": report.violations.map { ["invariant": $0.invariant, "seq": $0.sequence, "message": $0.message] },
             "readModelDifferences": report.readModelDifferences, "indexDifferences": report.indexDifferences,
-            "vaultDifferences": report.vaultDifferences,
+            "vaultDifferences": report.vaultDifferences, "legacySealedUIDs": report.legacySealedUIDs ?? 0,
             "formatOneHistory": report.formatOneNotes.map { ["seq": $0.sequence, "message": $0.message] },
         ]
         if let fault = report.chainFault {

@@ -116,6 +116,13 @@ import Testing
         #expect(try SealedBox.openIfAuthentic([], key: key) == nil)
         #expect(try SealedBox.openIfAuthentic(sealed, key: try Digest.randomBytes(32)) == nil)
         #expect(throws: CryptoError.self) { try SealedBox.openIfAuthentic(sealed, key: [1, 2]) }
+        // Associated data: authenticated, not stored; only the sealer's opens.
+        let bound = try SealedBox.seal(Array("uid".utf8), key: key, associatedData: [1, 2, 3])
+        #expect(bound.count == sealed.count)
+        #expect(try SealedBox.openIfAuthentic(bound, key: key, associatedData: [1, 2, 3]) == Array("uid".utf8))
+        #expect(try SealedBox.openIfAuthentic(bound, key: key, associatedData: [1, 2, 4]) == nil)
+        #expect(try SealedBox.openIfAuthentic(bound, key: key) == nil)
+        #expect(try SealedBox.openIfAuthentic(sealed, key: key, associatedData: [1, 2, 3]) == nil)
     }
 
     /// A pool hands out every byte once: draws of any size, within a block, across blocks and larger

@@ -204,11 +204,18 @@ import Testing
         }
     }
 
+    /// A UID sealed as builds up to session 27 sealed it, stored without a layout byte: unbound
+    /// (no associated data), ``SealedUID/legacy``.
+    static func legacySeal(_ store: LedgerStore, _ uid: String) throws -> [UInt8] {
+        try SealedBox.seal(Array(uid.utf8), key: store.keys.sealKey)
+    }
+
     @Test func sealedUIDsGrowAtTheVaultsEndAndThoseOfEarlierStoresStillReadAndErase() throws {
         let store = try newStore()
         defer { directory.remove() }
-        // An identity as binaries up to 2505f95 stored it: its sealed UID under `p` ‖ pseudonym.
-        let earlier = try store.issuePseudonym(forUID: "uid-earlier", position: 1)
+        // An identity as binaries up to 2505f95 stored it: its sealed UID (unbound) under `p` ‖ pseudonym.
+        var earlier = try store.issuePseudonym(forUID: "uid-earlier", position: 1)
+        earlier.sealedUID = try Self.legacySeal(store, "uid-earlier")
         try store.lmdbEngine.withWriteAccess { access in
             try KeyBuffer(LMDBAccess.vaultPrefix, earlier.vaultKey).with { k in
                 try earlier.account.key.withBytes { v in try access.txn.put(access.db.identities, k, v) }
@@ -238,7 +245,7 @@ import Testing
         var visited: [AccountID: (vaultKey: Key128, uid: String)] = [:]
         try store.read { reader in
             try reader.forEachIdentity { vaultKey, account, sealed in
-                visited[account] = (vaultKey, try store.uid(sealed: sealed))
+                visited[account] = (vaultKey, try store.uid(sealed: sealed, of: account))
                 return true
             }
         }
@@ -246,11 +253,12 @@ import Testing
         for (uid, identity) in issued {
             #expect(visited[identity.account]?.vaultKey == identity.vaultKey && visited[identity.account]?.uid == uid)
         }
-        // The earlier sealed UID stays where it was; every new one is after every vault key.
+        // The earlier sealed UID stays where it was; every new one (bound, under `w`) is after every vault key.
         #expect(
             try Self.identityPrefixes(store) == [LMDBAccess.earlierSealedPrefix] + Array(repeating: LMDBAccess.vaultPrefix, count: 61)
-                + Array(repeating: LMDBAccess.sealedPrefix, count: 60))
-        #expect(try store.replay().vaultDifferences == [], "a sealed UID under `p` is as consistent as one under `v`")
+                + Array(repeating: LMDBAccess.boundSealedPrefix, count: 60))
+        #expect(try store.replay().vaultDifferences == [], "a legacy sealed UID under `p` is as consistent as a bound one under `w`")
+        #expect(try store.replay().legacySealedUIDs == 1)
 
         let erased = ["uid-earlier", "uid-1-7"]
         try store.write { _, writer in
@@ -265,7 +273,7 @@ import Testing
         }
         #expect(
             try Self.identityPrefixes(store) == Array(repeating: LMDBAccess.vaultPrefix, count: 59)
-                + Array(repeating: LMDBAccess.sealedPrefix, count: 59))
+                + Array(repeating: LMDBAccess.boundSealedPrefix, count: 59))
         #expect(try store.read { try store.uid(of: try #require(issued["uid-2-0"]).account, in: $0) } == "uid-2-0")
         #expect(try store.replay().vaultDifferences == [], "an erasure takes the entry and its sealed UID together")
     }
@@ -278,7 +286,12 @@ import Testing
         defer { directory.remove() }
         // alice's sealed UID under `p`, as earlier binaries stored it; bob's and carol's under `v`.
         let uids = ["uid-alice", "uid-bob", "uid-carol"]
-        let issued = try uids.enumerated().map { try store.issuePseudonym(forUID: $1, position: UInt64($0 + 1)) }
+        // Legacy (unbound) seals, as those builds wrote them.
+        let issued = try uids.enumerated().map { index, uid in
+            var identity = try store.issuePseudonym(forUID: uid, position: UInt64(index + 1))
+            identity.sealedUID = try Self.legacySeal(store, uid)
+            return identity
+        }
         func put(_ prefix: UInt8, _ key: Key128, _ value: [UInt8]) throws {
             try store.lmdbEngine.withWriteAccess { access in
                 _ = try KeyBuffer(prefix, key).with { k in try value.withUnsafeBytes { v in try access.txn.put(access.db.identities, k, v) } }
@@ -360,7 +373,7 @@ import Testing
         for issued in pooled { #expect(Array(issued.account.bytes.prefix(6)) == [0, 0, 0, 0, 0, 1]) }
         #expect(Set(pooled.map { Array($0.account.bytes.suffix(10)) }).count == pooled.count)
         #expect(Set(pooled.map { Array($0.sealedUID.prefix(12)) }).count == pooled.count)
-        for issued in pooled { #expect(try store.uid(sealed: issued.sealedUID) == "uid-1") }
+        for issued in pooled { #expect(try store.uid(sealed: issued.sealedUID, of: issued.account) == "uid-1") }
     }
 
     @Test func lineageKeysAreKeyedHashesOfPlatformEnvironmentAndId() throws {

@@ -217,12 +217,12 @@ import Testing
         _ = try ledger.submit(.transaction(.purchase, uid: uid, payload, .trustedDecoded), at: t)
     }
 
-    /// Occurrences of the vault entry `v ‖ pseudonym` (the sealed UID's key) as an LMDB leaf node key
-    /// (preceded by its 16-bit key size, 17, little-endian), so a pseudonym that merely follows a 0x76
-    /// byte in a record does not count.
+    /// Occurrences of the vault entry `w ‖ pseudonym` (the bound sealed UID's key) as an LMDB leaf node
+    /// key (preceded by its 16-bit key size, 17, little-endian), so a pseudonym that merely follows a
+    /// 0x77 byte in a record does not count.
     func vaultKeyOccurs(_ account: AccountID, in file: URL) throws -> Bool {
         let data = try Data(contentsOf: file)
-        return data.range(of: Data([17, 0, LMDBAccess.sealedPrefix] + account.bytes)) != nil
+        return data.range(of: Data([17, 0, LMDBAccess.boundSealedPrefix] + account.bytes)) != nil
     }
 
     /// What must survive compaction.

@@ -1,5 +1,6 @@
 import Foundation
 import LedgerCore
+import LedgerCrypto
 import LedgerTestSupport
 import OwnershipLedger
 import Testing
@@ -214,6 +215,41 @@ import Testing
         let guarded = try engine.withWriter { try $0.query("SELECT count(*) FROM pg_trigger WHERE tgname = 'ledger_require_generation'") }
         #expect(try PostgresRowDecoding.int64(guarded.value(0, 0)) == Int64(ChangeLog.guardedTables.count))
         #expect(try reopened.store.replay().isIntact)
+    }
+
+    /// A store whose sealed UIDs predate the `bound` column (builds up to session 27: every seal
+    /// legacy, not bound to its pseudonym) is read as it is, before any writer of this build has
+    /// opened it; its first writer adds the column (with the rest of ``ChangeLog/schema``) and seals
+    /// the new account bound. Both kinds look up and verify, the legacy one counted.
+    @Test func aStoreWithoutTheBoundColumnReadsItsLegacySealsAndItsFirstWriterAddsIt() throws {
+        let directory = TemporaryDirectory("ledger-pg-unbound")
+        defer { directory.remove() }
+        let location = try TestStore.postgres.location(in: directory)
+        let old = try Ledger.initialize(at: location, configuration: Fixtures.configuration, clock: Fixtures.clock)
+        _ = SubmitProtocol(ledger: old, trustDecoded: true).respond(to: purchase("ann", "4201"))
+        let ann = try #require(try old.pseudonym(ofUID: "ann"))
+        let legacy = try SealedBox.seal(Array("ann".utf8), key: old.store.keys.sealKey)
+        let oldEngine = try #require(old.store.engine as? PostgresEngine)
+        try oldEngine.withWriter { connection in
+            try connection.query("DROP FUNCTION ledger_require_generation() CASCADE")  // and its triggers
+            try connection.query("ALTER TABLE ledger_sealed_uids DROP COLUMN bound")
+            try connection.query("UPDATE ledger_sealed_uids SET sealed_uid = $1 WHERE account = $2", [.bytes(legacy), .bytes(ann.bytes)])
+        }
+        let reopened = try Ledger(opening: location, clock: Fixtures.clock)
+        #expect(try reopened.account(uid: "ann").entitlements.count == 1)
+        #expect(try reopened.binding(originalTransactionId: "4201").uid == "ann")
+        let before = try reopened.store.replay()
+        #expect(before.isIntact && before.legacySealedUIDs == 1, "\(before.vaultDifferences)")
+
+        let answer = Fixtures.object(SubmitProtocol(ledger: reopened, trustDecoded: true).respond(to: purchase("bob", "4202")))
+        #expect(answer["decision"] as? String == "granted", "\(answer)")
+        let engine = try #require(reopened.store.engine as? PostgresEngine)
+        let bound = try engine.withWriter { try $0.query("SELECT bound FROM ledger_sealed_uids ORDER BY bound") }
+        #expect(bound.count == 2 && bound.bytes(0, 0) == [0] && bound.bytes(1, 0) == [1])
+        #expect(try reopened.account(uid: "ann").entitlements.count == 1)
+        #expect(try reopened.account(uid: "bob").entitlements.count == 1)
+        let after = try reopened.store.replay()
+        #expect(after.isIntact && after.legacySealedUIDs == 1, "\(after.vaultDifferences)")
     }
 
     /// A store with `ledger_changes` whose guard is gone (the function and its triggers dropped, or
