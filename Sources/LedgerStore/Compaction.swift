@@ -109,6 +109,8 @@ public struct CompactionResult: Equatable, Sendable {
     /// Size of `data.mdb` before and after.
     public var bytesBefore: Int
     public var bytesAfter: Int
+    /// The store format after compaction: 3 (a format-2 store gains the recent-change regions).
+    public var formatVersion: UInt32
 }
 
 extension LedgerStore {
@@ -124,6 +126,7 @@ extension LedgerStore {
     /// another open store in this process, has the store open; stores opening meanwhile are refused
     /// with ``LedgerStoreError/storeBusy(directory:)``.
     /// The key files are read from `keyDirectory` (default: `directory`) to check the store's key.
+    /// A format-2 store comes out as format 3 (its copy gains the empty recent-change regions, ``Recent``).
     /// - Complexity: O(live pages).
     public static func compact(at directory: URL, keyDirectory: URL? = nil) throws -> CompactionResult {
         let dataFile = directory.appendingPathComponent("data.mdb")
@@ -164,14 +167,22 @@ extension LedgerStore {
             throw error
         }
         try removeLeftoverCopy(temporary)
-        return CompactionResult(bytesBefore: bytesBefore, bytesAfter: try FileAccess.size(dataFile.path))
+        return CompactionResult(
+            bytesBefore: bytesBefore, bytesAfter: try FileAccess.size(dataFile.path), formatVersion: LMDBEngine.recentFormatVersion)
     }
 
     /// Opens the store under the exclusive `lock` (checking its key and format) and writes the
-    /// compacted copy; the environment is closed when this returns.
+    /// compacted copy, converted to format 3 when it is a format-2 store (nothing else has it open);
+    /// the environments are closed when this returns.
     private static func copyCompacted(directory: URL, keyDirectory: URL?, lock: StoreLock, to temporary: URL) throws {
         let store = try LedgerStore(opening: directory, keyDirectory: keyDirectory, lock: lock)
-        try lmdb(mdb_env_copy2(try store.lmdbEngine.environment.handle, temporary.path, UInt32(MDB_CP_COMPACT)), "mdb_env_copy2(\(temporary.path))")
+        let engine = try store.lmdbEngine
+        try lmdb(mdb_env_copy2(engine.environment.handle, temporary.path, UInt32(MDB_CP_COMPACT)), "mdb_env_copy2(\(temporary.path))")
+        guard engine.regionDatabases == nil else { return }
+        let copy = try LMDBEngine(directory: temporary, mode: .create)
+        try copy.withWriteAccess { access in
+            try access.putMeta(Array(MetaKey.formatVersion.rawValue.utf8), u32Bytes(LMDBEngine.recentFormatVersion))
+        }
     }
 
     /// Removes the temporary copy of an earlier compaction (only the files LMDB writes there).

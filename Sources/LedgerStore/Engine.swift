@@ -31,10 +31,14 @@ public protocol LedgerEngine: AnyObject, Sendable {
 
     /// Makes every committed write group durable (nothing to do by default).
     func sync() throws
+
+    /// The store format of the engine's layout (``LedgerStore/formatVersion`` by default).
+    var formatVersion: UInt32 { get }
 }
 
 extension LedgerEngine {
     public func writeDeferringSync<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T { try write(body) }
+    public var formatVersion: UInt32 { LedgerStore.formatVersion }
     public var durability: EngineDurability? { nil }
     public func sync() throws {}
 }
@@ -237,6 +241,8 @@ public protocol EngineReader {
 
     /// Entries and bytes per database (or table).
     func statistics() throws -> [(name: String, entries: Int, bytes: Int)]
+    /// The number of persisted read models (the `read-models` entries by default).
+    func readModelCount() throws -> Int
 }
 
 /// Writes of a write group.
@@ -266,6 +272,8 @@ public struct VaultEntry: Equatable, Sendable {
 
 extension EngineReader {
     public func prefetch(commands: [CommandRef], vaultKeys: [Key128], lineages: [LineageKey]) throws {}
+
+    public func readModelCount() throws -> Int { try statistics().first { $0.name == "read-models" }?.entries ?? 0 }
 
     /// Visits every vault entry (vault key, pseudonym, sealed UID) in vault-key order until `body`
     /// returns false (`migrate` copies the vault: it cannot be derived from the log). Throws when a

@@ -142,6 +142,13 @@ final class LMDBEnvironment: @unchecked Sendable {
         try lmdb(mdb_txn_commit(txn.handle), "mdb_txn_commit")
     }
 
+    /// The id of the last committed write transaction.
+    var lastTransaction: UInt64 {
+        var info = MDB_envinfo()
+        mdb_env_info(handle, &info)
+        return UInt64(info.me_last_txnid)
+    }
+
     /// Current map size in bytes.
     var mapSize: Int {
         var info = MDB_envinfo()

@@ -17,15 +17,25 @@ import Projections
 /// | `merkle` | u8 level ‖ u64 index → 32-byte node |
 /// | `meta` | names → values (`MetaKey`, `head`, and the record dictionary's entries) |
 public final class LMDBEngine: LedgerEngine, @unchecked Sendable {
-    static let specs: [(name: String, flags: UInt32)] = [
+    static let mainSpecs: [(name: String, flags: UInt32)] = [
         ("log", 0), ("commands", UInt32(MDB_DUPSORT | MDB_DUPFIXED)), ("lineages", UInt32(MDB_DUPSORT | MDB_DUPFIXED)),
         ("account-lineages", UInt32(MDB_DUPSORT | MDB_DUPFIXED)), ("read-models", 0), ("identities", 0), ("merkle", 0), ("meta", 0),
     ]
+    /// The main databases, then the recent-change regions of format 3 (``Recent``), which a format-2
+    /// store lacks.
+    static let specs = mainSpecs + Recent.names.map { ($0, UInt32(0)) }
+    /// The store format of an LMDB store with the recent-change regions; a format-2 store (without
+    /// them) is read and written as before, every change straight into the main trees.
+    static let recentFormatVersion: UInt32 = 3
     static let metaDatabase = "meta"
     static let headKey = Array("head".utf8)
 
     let environment: LMDBEnvironment
     let databases: Databases
+    /// The recent-change regions' handles; nil in a format-2 store.
+    let regionDatabases: [MDB_dbi]?
+    /// The writer's view of the regions between its transactions.
+    private let cache = RecentCache()
 
     /// The handles of the named databases.
     struct Databases {
@@ -56,7 +66,8 @@ public final class LMDBEngine: LedgerEngine, @unchecked Sendable {
     /// ``LMDBError/isNotFound`` when an existing environment lacks the `meta` database (a foreign
     /// store) and ``LedgerStoreError/formatOne(directory:)`` when it is a format-1 ledger.
     init(directory: URL, mode: LMDBEnvironment.Mode, initialMapSize: Int = LMDBEnvironment.defaultMapSize) throws {
-        environment = try LMDBEnvironment(path: directory.path, databases: Self.specs, mode: mode, initialMapSize: initialMapSize)
+        let environment = try LMDBEnvironment(path: directory.path, databases: Self.specs, mode: mode, initialMapSize: initialMapSize)
+        self.environment = environment
         if environment.databases["commands"] == nil, environment.databases["meta"] != nil {
             let format = try environment.read { txn in
                 try txn.get(Self.metaDatabase, Array(MetaKey.formatVersion.rawValue.utf8)).flatMap(u32)
@@ -64,27 +75,59 @@ public final class LMDBEngine: LedgerEngine, @unchecked Sendable {
             if format == 1 { throw LedgerStoreError.formatOne(directory: directory.path) }
         }
         databases = try Databases(environment)
+        let regions = Recent.names.compactMap { environment.databases[$0] }
+        guard regions.isEmpty || regions.count == Recent.regionCount else {
+            throw LedgerStoreError.corrupt("\(directory.path) holds \(regions.count) of the \(Recent.regionCount) recent-change databases")
+        }
+        regionDatabases = regions.isEmpty ? nil : regions
     }
 
+    /// The store format this engine's layout is: 3 with the recent-change regions, 2 without.
+    public var formatVersion: UInt32 { regionDatabases == nil ? LedgerStore.formatVersion : Self.recentFormatVersion }
+
     public func read<T>(_ body: (any EngineReader) throws -> T) throws -> T {
-        try environment.read { txn in try body(LMDBAccess(txn: txn, db: databases)) }
+        try environment.read { txn in
+            try body(LMDBAccess(txn: txn, db: databases, recent: regionDatabases.map { RecentRegions(databases: $0, cache: nil) }))
+        }
     }
 
     public func write<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T {
-        try environment.write { txn in
-            let access = LMDBAccess(txn: txn, db: databases)
-            return try body(access, access)
-        }
+        try writing(deferringMetaSync: false) { access in try body(access, access) }
     }
 
     /// Commits with the meta page's sync deferred (`MDB_NOMETASYNC`): one disk sync per group instead
     /// of two. The group is durable after ``sync()`` or after the next group that writes, whose data
     /// sync covers its meta page (``durability`` counts LMDB's transaction ids).
     public func writeDeferringSync<T>(_ body: (any EngineReader, any EngineWriter) throws -> T) throws -> T {
-        try environment.write(deferringMetaSync: true) { txn in
-            let access = LMDBAccess(txn: txn, db: databases)
-            return try body(access, access)
+        try writing(deferringMetaSync: true) { access in try body(access, access) }
+    }
+
+    /// Runs `body` in a write transaction, with the writer's cache of the regions checked first
+    /// (reloaded when another process, or an aborted transaction, changed the regions since).
+    private func writing<T>(deferringMetaSync: Bool, _ body: (LMDBAccess) throws -> T) throws -> T {
+        guard let regionDatabases else {
+            return try environment.write(deferringMetaSync: deferringMetaSync) { txn in try body(LMDBAccess(txn: txn, db: databases, recent: nil)) }
         }
+        cache.lock.lock()
+        defer { cache.lock.unlock() }
+        var id: UInt64 = 0
+        let result: T
+        do {
+            result = try environment.write(deferringMetaSync: deferringMetaSync) { txn in
+                id = UInt64(mdb_txn_id(txn.handle))
+                let regions = RecentRegions(databases: regionDatabases, cache: cache)
+                let access = LMDBAccess(txn: txn, db: databases, recent: regions)
+                if cache.transaction != id - 1 { try access.reload(cache, in: regions) }
+                cache.transaction = nil  // until this transaction is committed
+                return try body(access)
+            }
+        } catch {
+            cache.transaction = nil
+            throw error
+        }
+        // Committed, or (nothing written) not: the last transaction is then the one before.
+        cache.transaction = min(environment.lastTransaction, id)
+        return result
     }
 
     public var durability: EngineDurability? { environment.durability }
@@ -93,7 +136,7 @@ public final class LMDBEngine: LedgerEngine, @unchecked Sendable {
 
     /// Runs `body` in a write transaction with raw access (compaction, tests).
     func withWriteAccess<T>(_ body: (LMDBAccess) throws -> T) throws -> T {
-        try environment.write { txn in try body(LMDBAccess(txn: txn, db: databases)) }
+        try writing(deferringMetaSync: false, body)
     }
 }
 
@@ -193,6 +236,8 @@ struct AppendPosition {
 struct LMDBAccess: EngineReader, EngineWriter {
     let txn: LMDBTransaction
     let db: LMDBEngine.Databases
+    /// The recent-change regions (nil in a format-2 store).
+    let recent: RecentRegions?
     /// The record dictionary as this transaction sees it (``StoredRecordDictionary``).
     let storedForms = StoredRecordDictionaryCell()
 
@@ -387,7 +432,16 @@ struct LMDBAccess: EngineReader, EngineWriter {
         defer { homeless.close() }
         let lineages = try txn.cursor(db.lineages)
         defer { lineages.close() }
-        for command in commands where out[command.key] == nil {
+        commands: for command in commands where out[command.key] == nil {
+            if let home = command.home, let recent {
+                // The region's entries are newer than the main tree's.
+                for entry in try recentLineage(home.key, in: recent).entries.reversed() where entry.command == command.key.high {
+                    if let bytes = try record(entry.sequence), bytes.withUnsafeBytes({ RecordCodec.command(of: $0) }) == command.key {
+                        out[command.key] = (entry.sequence, bytes)
+                        continue commands
+                    }
+                }
+            }
             // The latest entry whose prefix matches, resolved against each record's own key.
             var entry: (key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)?
             let cursor = command.home == nil ? homeless : lineages
@@ -444,6 +498,10 @@ struct LMDBAccess: EngineReader, EngineWriter {
             out.append(sequence)
             entry = try cursor.get(MDB_NEXT_DUP)
         }
+        if let recent {
+            out += try recentLineage(lineage.key, in: recent).entries.map(\.sequence).filter { $0 <= through }
+            out.sort()
+        }
         return out
     }
 
@@ -466,6 +524,13 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     func forEachEntry(of index: EngineIndex, _ body: (IndexEntry) throws -> Bool) throws {
+        if index == .lineages, let recent {
+            try forEachWithRecent(
+                db.lineages, prefix: [], from: [], duplicates: true, regions: recent,
+                overlay: { region in try recentOverlay(in: recent, region: region).lineageEntries.map { ($0.0, $0.1.bytes) } }
+            ) { key, value in try body(Self.entry(index, key: key, value: value)) }
+            return
+        }
         let cursor = try txn.cursor(db.of(index))
         defer { cursor.close() }
         var entry = try cursor.get(MDB_FIRST)
@@ -536,6 +601,11 @@ struct LMDBAccess: EngineReader, EngineWriter {
 
     func contains(_ entry: IndexEntry) throws -> Bool {
         let normal = normalized(entry)
+        if case .lineage(let lineage, let sequence, let command) = normal, let recent,
+            try recentLineage(lineage.key, in: recent).entries.contains(LineageEntryValue(sequence: sequence, command: command.high))
+        {
+            return true
+        }
         let dbi = db.of(normal.index)
         return try Self.withKeyValue(normal) { key, value in
             if case .merkleNode = normal {
@@ -586,9 +656,11 @@ struct LMDBAccess: EngineReader, EngineWriter {
     func lineageStates(_ lineages: [LineageKey]) throws -> [LineageKey: LineageState] {
         var out: [LineageKey: LineageState] = [:]
         for lineage in lineages where out[lineage] == nil {
+            let recentModel = try recent.flatMap { try recentLineage(lineage.key, in: $0).readModel }
             guard
                 let value = try KeyBuffer(ReadModel.lineagePrefix, lineage.key).with({ k in
-                    try txn.get(db.readModels, k).map { try canonicalReadModel(key: k, stored: $0) }
+                    if let recentModel { return try recentModel.withUnsafeBytes { try canonicalReadModel(key: k, stored: $0) } }
+                    return try txn.get(db.readModels, k).map { try canonicalReadModel(key: k, stored: $0) }
                 })
             else { continue }
             do {
@@ -643,10 +715,18 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     func forEachReadModelBytes(from start: [UInt8], _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool) throws {
-        let cursor = try txn.cursor(db.readModels)
-        defer { cursor.close() }
         var scratch: [UInt8] = []
         var dictionary: StoredRecordDictionary?
+        if let recent {
+            try forEachWithRecent(
+                db.readModels, prefix: [ReadModel.lineagePrefix], from: start, duplicates: false, regions: recent,
+                overlay: { region in try recentOverlay(in: recent, region: region).readModels.map { ($0.0, $0.1) } }
+            ) { key, stored in try withCanonicalReadModel(key: key, stored: stored, scratch: &scratch, dictionary: &dictionary, { try body(key, $0) })
+            }
+            return
+        }
+        let cursor = try txn.cursor(db.readModels)
+        defer { cursor.close() }
         var entry = try start.isEmpty ? cursor.get(MDB_FIRST) : start.withUnsafeBytes { try cursor.get(MDB_SET_RANGE, key: $0) }
         while let (key, stored) = entry {
             guard try withCanonicalReadModel(key: key, stored: stored, scratch: &scratch, dictionary: &dictionary, { try body(key, $0) })
@@ -660,6 +740,10 @@ struct LMDBAccess: EngineReader, EngineWriter {
     func identities(vaultKeys: [Key128]) throws -> [Key128: VaultEntry] {
         var out: [Key128: VaultEntry] = [:]
         for vaultKey in vaultKeys where out[vaultKey] == nil {
+            if let recent, let account = try recentVault(vaultKey, in: recent) {
+                out[vaultKey] = VaultEntry(account: account, sealedUID: try sealedUID(of: account))
+                continue
+            }
             let found = try KeyBuffer(Self.vaultPrefix, vaultKey).with { k -> AccountID? in
                 guard let value = try txn.get(db.identities, k) else { return nil }
                 guard value.count == 16 else { throw corrupt("an identity entry of \(value.count) bytes") }
@@ -682,6 +766,18 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     func forEachVaultEntry(_ body: (Key128, VaultEntry) throws -> Bool) throws {
+        if let recent {
+            try forEachWithRecent(
+                db.identities, prefix: [Self.vaultPrefix], from: [Self.vaultPrefix], duplicates: false, regions: recent,
+                overlay: { region in try recentOverlay(in: recent, region: region).vault.map { ($0.0, $0.1.bytes) } }
+            ) { key, value in
+                guard key.first == Self.vaultPrefix else { return false }
+                guard key.count == 17, value.count == 16 else { throw corrupt("an identity entry of \(key.count) and \(value.count) bytes") }
+                let account = AccountID(Key128(loading: value, at: 0))
+                return try body(Key128(loading: key, at: 1), VaultEntry(account: account, sealedUID: try sealedUID(of: account)))
+            }
+            return
+        }
         let cursor = try txn.cursor(db.identities)
         defer { cursor.close() }
         var entry = try [Self.vaultPrefix].withUnsafeBytes { try cursor.get(MDB_SET_RANGE, key: $0) }
@@ -711,7 +807,18 @@ struct LMDBAccess: EngineReader, EngineWriter {
         }
     }
 
-    func vaultEntryCount() throws -> Int { try txn.statistics(db.identities).entries }
+    /// Entries in `identities` (vault entries and sealed UIDs), with the regions' vault changes counted.
+    func vaultEntryCount() throws -> Int {
+        var count = try txn.statistics(db.identities).entries
+        guard let recent else { return count }
+        for region in 0..<Recent.regionCount {
+            for (vaultKey, _) in try recentOverlay(in: recent, region: region).vault
+            where try KeyBuffer(Self.vaultPrefix, vaultKey).with({ try txn.get(db.identities, $0) }) == nil {
+                count += 1
+            }
+        }
+        return count
+    }
 
     func merkleNode(level: UInt8, index: UInt64) throws -> Digest32? {
         var key = KeyBuffer()
@@ -724,16 +831,44 @@ struct LMDBAccess: EngineReader, EngineWriter {
         }
     }
 
+    /// The `read-models` entries and the lineages whose read model is only in their region yet.
+    func readModelCount() throws -> Int {
+        var count = try txn.statistics(db.readModels).entries
+        guard let recent else { return count }
+        for region in 0..<Recent.regionCount {
+            for (lineage, _) in try recentOverlay(in: recent, region: region).readModels
+            where try KeyBuffer(ReadModel.lineagePrefix, lineage).with({ try txn.get(db.readModels, $0) }) == nil {
+                count += 1
+            }
+        }
+        return count
+    }
+
+    /// Each main database's entries and bytes, then the recent-change regions' together (`recent`).
     func statistics() throws -> [(name: String, entries: Int, bytes: Int)] {
-        try LMDBEngine.specs.map { spec in
+        var out = try LMDBEngine.mainSpecs.map { spec in
             let stat = try txn.statistics(try txn.environment.require(spec.name))
             return (spec.name, stat.entries, stat.bytes)
         }
+        if let recent {
+            let stats = try recent.databases.map { try txn.statistics($0) }
+            out.append(("recent", stats.map(\.entries).reduce(0, +), stats.map(\.bytes).reduce(0, +)))
+        }
+        return out
     }
 
     // MARK: Writing
 
     func apply(_ batch: EngineBatch) throws {
+        // A commit's `lineages` entries, lineage read models and vault entries go to the recent-change
+        // regions (``Recent``). A batch without records (a repair's, the metadata's) or larger than
+        // ``Recent/directLimit`` (an upgrade's, a migration's) goes straight into the main trees, after
+        // every region has been merged.
+        let size = batch.entries.count + batch.lineageStates.count + batch.vaultInserts.count + batch.vaultErasures.count
+        let regions = batch.records.isEmpty || size > Recent.directLimit ? nil : recent
+        // Written straight, a key the regions hold would be shadowed by its older changes there.
+        if regions == nil, size > 0 { try mergeAllRecent() }
+        var changes: [(kind: RecentKind, key: Key128, payload: [UInt8])] = []
         try appendRecords(batch.records)
         // Each index's entries in key order: a commit's puts then walk each tree left to right, and
         // entries sharing a leaf are put one after another while it is in cache. The order changes
@@ -741,6 +876,10 @@ struct LMDBAccess: EngineReader, EngineWriter {
         // for Merkle nodes, which keep the batch's order.
         var accountLineagesEnd = try AppendPosition(lastOf: db.accountLineages, in: txn, duplicates: true)
         for normal in Self.inKeyOrder(batch.entries.map(normalized)) {
+            if regions != nil, case .lineage(let lineage, let sequence, let command) = normal {
+                changes.append((.lineageEntry, lineage.key, LineageEntryValue(sequence: sequence, command: command.high).bytes))
+                continue
+            }
             let dbi = db.of(normal.index)
             try Self.withKeyValue(normal) { k, v in
                 switch normal {
@@ -755,6 +894,10 @@ struct LMDBAccess: EngineReader, EngineWriter {
         for (lineage, state) in batch.lineageStates {
             let canonical = ReadModel.encode(state)
             let value = dictionary.storedForm(of: canonical, header: 1) ?? canonical
+            if regions != nil {
+                changes.append((.readModel, lineage.key, value))
+                continue
+            }
             try KeyBuffer(ReadModel.lineagePrefix, lineage.key).with { k in
                 try value.withUnsafeBytes { v in try txn.put(db.readModels, k, v) }
             }
@@ -768,24 +911,25 @@ struct LMDBAccess: EngineReader, EngineWriter {
         for (staff, member) in batch.staff {
             if let member {
                 roster.staff = [staff: member]
-                try putReadModels(Array(ReadModel.entries(of: roster).map { ($0.key, $0.value) }))
+                try putReadModelsDirectly(Array(ReadModel.entries(of: roster).map { ($0.key, $0.value) }))
             } else {
-                try removeReadModels([ReadModel.staffKey(staff)])
+                try removeReadModelsDirectly([ReadModel.staffKey(staff)])
             }
         }
         var cases = LedgerState()
         for (caseId, transfer) in batch.transferCases {
             cases.transfers = [caseId: transfer]
-            try putReadModels(Array(ReadModel.entries(of: cases).map { ($0.key, $0.value) }))
+            try putReadModelsDirectly(Array(ReadModel.entries(of: cases).map { ($0.key, $0.value) }))
         }
         // Erasures before insertions: a UID deleted and then used again in one group keeps its new mapping.
         for erasure in batch.vaultErasures {
+            if let regions { try eraseRecentVault(erasure.vaultKey, in: regions) }
             try KeyBuffer(Self.vaultPrefix, erasure.vaultKey).with { k in try txn.delete(db.identities, k) }
             for prefix in Self.sealedPrefixes {
                 try KeyBuffer(prefix, erasure.account.key).with { k in try txn.delete(db.identities, k) }
             }
         }
-        for insert in batch.vaultInserts {
+        for insert in batch.vaultInserts where regions == nil {
             try KeyBuffer(Self.vaultPrefix, insert.vaultKey).with { k in
                 try insert.account.key.withBytes { v in try txn.put(db.identities, k, v) }
             }
@@ -809,6 +953,10 @@ struct LMDBAccess: EngineReader, EngineWriter {
             try KeyBuffer(key.prefix, batch.vaultInserts[index].account.key).with { k in
                 try key.stored.withUnsafeBytes { v in try sealedEnd.put(k, v, into: db.identities, in: txn) }
             }
+        }
+        if let regions {
+            for insert in batch.vaultInserts { changes.append((.vaultPut, insert.vaultKey, insert.account.bytes)) }
+            try appendRecent(changes, in: regions)
         }
         for (key, value) in batch.meta { try putMeta(Array(key.rawValue.utf8), value) }
     }
@@ -840,6 +988,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     func remove(_ entries: [IndexEntry]) throws {
+        try mergeAllRecent()
         for entry in entries {
             let normal = normalized(entry)
             let dbi = db.of(normal.index)
@@ -854,10 +1003,22 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     func removeReadModels(_ keys: [[UInt8]]) throws {
-        for key in keys { try key.withUnsafeBytes { k in _ = try txn.delete(db.readModels, k) } }
+        try mergeAllRecent()
+        try removeReadModelsDirectly(keys)
     }
 
     func putReadModels(_ entries: [([UInt8], [UInt8])]) throws {
+        try mergeAllRecent()
+        try putReadModelsDirectly(entries)
+    }
+
+    /// Removes from `read-models` itself: keys the regions never hold, or with the regions merged.
+    func removeReadModelsDirectly(_ keys: [[UInt8]]) throws {
+        for key in keys { try key.withUnsafeBytes { k in _ = try txn.delete(db.readModels, k) } }
+    }
+
+    /// Puts into `read-models` itself: keys the regions never hold, or with the regions merged.
+    func putReadModelsDirectly(_ entries: [([UInt8], [UInt8])]) throws {
         for (key, value) in entries {
             let stored = try storedReadModel(key: key, value: value)
             try key.withUnsafeBytes { k in try stored.withUnsafeBytes { v in _ = try txn.put(db.readModels, k, v) } }

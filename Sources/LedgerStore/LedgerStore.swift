@@ -76,7 +76,9 @@ public final class LedgerStore: @unchecked Sendable {
             directory: directory, keys: newKeys.keys, lock: lock, engine: engine, location: .directory(directory, keys: newKeys.directory))
         try engine.write { _, writer in
             var batch = EngineBatch()
-            batch.meta = try initialMetadata(keys: newKeys.keys, signingKey: newKeys.signingKey, configuration: configuration)
+            batch.meta = try initialMetadata(keys: newKeys.keys, signingKey: newKeys.signingKey, configuration: configuration).map {
+                $0.0 == .formatVersion ? ($0.0, u32Bytes(engine.formatVersion)) : $0
+            }
             batch.head = LogHead()
             try writer.apply(batch)
         }
@@ -260,9 +262,13 @@ public final class LedgerStore: @unchecked Sendable {
         guard let format else {
             throw LedgerStoreError.incompleteInit(directory: location.description, detail: Self.noMetadata)
         }
-        guard format == Self.formatVersion else {
+        guard format == engine.formatVersion else {
             if format < Self.formatVersion { throw LedgerStoreError.formatOne(directory: location.description) }
-            throw LedgerStoreError.newerFormat(found: format, supported: Self.formatVersion)
+            if format > LMDBEngine.recentFormatVersion {
+                throw LedgerStoreError.newerFormat(found: format, supported: LMDBEngine.recentFormatVersion)
+            }
+            throw LedgerStoreError.corrupt(
+                "\(location.description) says format \(format) in its metadata, but its databases are those of format \(engine.formatVersion)")
         }
         guard keyCheck == keys.checkValue else {
             throw LedgerStoreError.wrongKey(path: keyDirectory.appendingPathComponent(LedgerKeys.fileName).path)
@@ -425,5 +431,8 @@ public final class LedgerStore: @unchecked Sendable {
     public static let randomBytesPerPseudonym = 22
 
     /// Entries and bytes per database.
+    /// The store's format: 2, or 3 for an LMDB store with the recent-change regions.
+    public var formatVersion: UInt32 { engine.formatVersion }
+
     public func statistics() throws -> [(name: String, entries: Int, bytes: Int)] { try read { try $0.statistics() } }
 }

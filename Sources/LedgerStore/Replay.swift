@@ -313,7 +313,7 @@ struct Analysis {
     /// so a count above the log's is damage, not read models: it is capped there rather than
     /// believed (a damaged page's count once asked for 10^13 passes).
     static func readModelCount(_ reader: any EngineReader) throws -> Int {
-        let counted = try reader.statistics().first { $0.name == "read-models" }?.entries ?? 0
+        let counted = try reader.readModelCount()
         return min(counted, Int(clamping: try reader.head().sequence))
     }
 

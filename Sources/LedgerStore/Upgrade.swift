@@ -449,11 +449,11 @@ final class FormatOneSource {
             (try txn.get("meta", Array("format-version".utf8)).flatMap(u32), try txn.get("meta", Array("key-check".utf8)))
         }
         guard format == 1, environment.databases["submissions"] != nil, environment.databases["log"] != nil else {
-            if format == LedgerStore.formatVersion {
+            if let format, format == LedgerStore.formatVersion || format == LMDBEngine.recentFormatVersion {
                 throw LedgerStoreError.corrupt(
                     checkingKey
-                        ? "\(directory.path) is already a format-\(LedgerStore.formatVersion) store: there is nothing to upgrade"
-                        : "\(directory.path) is a format-\(LedgerStore.formatVersion) store")
+                        ? "\(directory.path) is already a format-\(format) store: there is nothing to upgrade"
+                        : "\(directory.path) is a format-\(format) store")
             }
             throw LedgerStoreError.corrupt("\(directory.path) is not a format-1 ledger (format \(format.map(String.init) ?? "unknown"))")
         }

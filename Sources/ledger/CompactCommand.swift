@@ -12,8 +12,9 @@ struct CompactCommand: Subcommand {
         freed pages of data.mdb until they are reused. compact copies the store's live pages into a
         temporary directory beside data.mdb, syncs the copy and renames it over data.mdb, so no freed
         page remains. Run it after account deletions; backups taken before still hold the erased data.
+        A format-2 store comes out as format 3 (recent-change regions added; docs/storage-format.md).
         Refused (exit 3) while another process has the store open: stop servers and other commands first.
-        Prints {"store", "bytesBefore", "bytesAfter"}.
+        Prints {"store", "bytesBefore", "bytesAfter", "formatVersion"}.
         """
     static let options: Set<String> = []
 
@@ -24,6 +25,7 @@ struct CompactCommand: Subcommand {
         console.out(
             JSONLine.render([
                 "store": directory.path, "bytesBefore": result.bytesBefore, "bytesAfter": result.bytesAfter,
+                "formatVersion": Int(result.formatVersion),
             ]))
         return .success
     }

@@ -254,7 +254,7 @@ struct StatsCommand: Subcommand {
         var object: JSONObject = [
             "records": head.sequence, "headSeq": head.sequence, "headHash": head.chainHash.hex,
             "headRecordedAt": head.sequence == 0 ? NSNull() : LedgerTime.format(head.recordedAt),
-            "formatVersion": Int(LedgerStore.formatVersion),
+            "formatVersion": Int(store.formatVersion),
             "databases": Dictionary(uniqueKeysWithValues: databases.map { ($0.name, ["entries": $0.entries, "bytes": $0.bytes]) }),
         ]
         if case .directory(let directory, _) = store.location {

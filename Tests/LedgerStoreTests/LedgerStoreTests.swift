@@ -161,7 +161,7 @@ import Testing
             batch.meta = [(.formatVersion, u32Bytes(99))]
             try access.apply(batch)
         }
-        #expect(throws: LedgerStoreError.newerFormat(found: 99, supported: LedgerStore.formatVersion)) {
+        #expect(throws: LedgerStoreError.newerFormat(found: 99, supported: LMDBEngine.recentFormatVersion)) {
             try LedgerStore(opening: directory.path("store"))
         }
     }

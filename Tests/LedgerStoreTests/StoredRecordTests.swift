@@ -149,7 +149,8 @@ import Testing
     /// The bytes LMDB holds under read-model `key`, as they are (with `replacement`: put those first).
     func storedModel(_ ledger: Ledger, _ key: [UInt8], replacement: [UInt8]? = nil) throws -> [UInt8] {
         try ledger.store.lmdbEngine.withWriteAccess { access in
-            try key.withUnsafeBytes { k in
+            try access.mergeAllRecent()  // the read models still in their regions into `read-models`
+            return try key.withUnsafeBytes { k in
                 if let replacement { _ = try replacement.withUnsafeBytes { try access.txn.put(access.db.readModels, k, $0) } }
                 return try #require(try access.txn.get(access.db.readModels, k)).map { $0 }
             }

@@ -124,14 +124,14 @@ import Testing
         defer { directory.remove() }
         let old = directory.path("old")
         try FormatOneFixture.copyStore(to: old)
-        // The same directory, a format-2 store, an existing destination.
+        // The same directory, a format-3 store, an existing destination.
         #expect(throws: LedgerStoreError.self) { try FormatOneUpgrade.upgrade(from: old, to: old, clock: { 0 }) }
         let upgraded = directory.path("upgraded")
         _ = try FormatOneUpgrade.upgrade(from: old, to: upgraded, clock: { 0 })
         let again = try LedgerBinary.run(["upgrade", "--from", old.path, "--to", upgraded.path])
         #expect(again.status == 3 && again.stderr.contains("already holds a ledger"), "\(again.stderr)")
         let twice = try LedgerBinary.run(["upgrade", "--from", upgraded.path, "--to", directory.path("third").path])
-        #expect(twice.status == 3 && twice.stderr.contains("already a format-2 store"), "\(twice.stderr)")
+        #expect(twice.status == 3 && twice.stderr.contains("already a format-3 store"), "\(twice.stderr)")
         #expect(try LedgerBinary.run(["upgrade", "--from", old.path]).status == 2)
 
         // The old store in use by another process.

@@ -69,7 +69,7 @@ import Testing
 
         // What is not the format-1 store: exit 3, naming it.
         for (given, why) in [
-            (directory.path("missing"), "it holds no ledger"), (new, "it is in use"), (directory.path("other"), "is a format-2 store"),
+            (directory.path("missing"), "it holds no ledger"), (new, "it is in use"), (directory.path("other"), "is a format-3 store"),
         ] {
             if given.lastPathComponent == "other" {
                 #expect(

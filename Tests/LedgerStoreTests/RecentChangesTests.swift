@@ -1,0 +1,164 @@
+import CLMDB
+import Foundation
+import LedgerCore
+import LedgerTestSupport
+import OwnershipLedger
+import Testing
+
+@testable import LedgerStore
+
+/// Storage format 3's recent-change regions (``Recent``): what a commit appends there is read by
+/// every reader and every later writer, other processes included, and merges into the main trees
+/// without changing an answer.
+@Suite struct RecentChangesTests {
+    let directory = TemporaryDirectory("ledger-recent")
+    var storeURL: URL { directory.path("store") }
+    let t = Fixtures.start
+
+    func newLedger() throws -> Ledger {
+        try Ledger.initialize(at: storeURL, configuration: Fixtures.configuration, clock: Fixtures.clock)
+    }
+
+    @discardableResult
+    func submit(_ ledger: Ledger, _ kind: SubmissionKind, uid: String, _ lineage: String, at: Int64? = nil) throws -> Decision {
+        let payload = try Fixtures.payload(Fixtures.transaction(lineage, at: at ?? t))
+        return try ledger.submit(.transaction(kind, uid: uid, payload, .trustedDecoded), at: at ?? t)
+    }
+
+    /// Every entry of every region: (region, kind, key).
+    func regionEntries(_ store: LedgerStore) throws -> [(Int, RecentKind, Key128)] {
+        try store.lmdbEngine.withWriteAccess { access in
+            let regions = try #require(access.recent)
+            var entries: [(Int, RecentKind, Key128)] = []
+            for region in 0..<Recent.regionCount {
+                try access.forEachRecent(in: regions, region: region) { _, kind, key, _ in entries.append((region, kind, key)) }
+            }
+            return entries
+        }
+    }
+
+    @Test func aNewStoreIsFormatThreeAndKeepsACommitsChangesInItsRegions() throws {
+        defer { directory.remove() }
+        let ledger = try newLedger()
+        #expect(ledger.store.formatVersion == 3)
+        try submit(ledger, .purchase, uid: "uid-recent-1", "5000")
+        let entries = try regionEntries(ledger.store)
+        let lineage = try ledger.store.keys.lineage(environment: "Sandbox", originalTransactionId: "5000")
+        #expect(entries.contains { $0.1 == .lineageEntry && $0.2 == lineage.key && $0.0 == Recent.region(of: lineage.key) })
+        #expect(entries.contains { $0.1 == .readModel && $0.2 == lineage.key })
+        #expect(entries.contains { $0.1 == .vaultPut })
+        let stats = try LedgerBinary.run(["stats", "--store", storeURL.path])
+        #expect(stats.json["formatVersion"] as? Int == 3)
+        #expect((stats.json["databases"] as? [String: Any])?["recent"] != nil)
+    }
+
+    /// The writer keeps its view of the regions between commits; another process's commit in between
+    /// must be seen, or this process would bind a lineage the other bound, and issue a second
+    /// pseudonym for an account the other created.
+    @Test func aWriterSeesWhatAnotherProcessWroteInBetween() throws {
+        defer { directory.remove() }
+        let ledger = try newLedger()
+        try submit(ledger, .purchase, uid: "uid-recent-a", "5000")
+        let line = Fixtures.line([
+            "id": "b1", "type": "purchase", "account": "uid-recent-b", "transaction": Fixtures.transaction("5001", at: t), "at": t,
+        ])
+        let other = try LedgerBinary.run(["submit", "--trust-decoded", "--store", storeURL.path], stdin: line + "\n")
+        #expect(other.status == 0, "\(other.stderr)")
+        #expect(other.stdout.contains("\"granted\""), "\(other.stdout)")
+
+        let taken = try submit(ledger, .purchase, uid: "uid-recent-c", "5001", at: t + 60_000)
+        #expect(taken.reason.outcome == .denied, "\(taken)")
+        let owner = try submit(ledger, .restore, uid: "uid-recent-b", "5001", at: t + 120_000)
+        #expect(owner.reason.outcome == .granted, "\(owner)")
+        #expect(try ledger.binding(originalTransactionId: "5001").uid == "uid-recent-b")
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    /// More commits than regions: every region is merged at least once, answers and the replay's
+    /// checks (indexes and read models against the records) stay the same, and a write that goes
+    /// straight into the main trees (a repair's) merges every region first.
+    @Test func mergingTheRegionsChangesNoAnswer() throws {
+        defer { directory.remove() }
+        let ledger = try newLedger()
+        let count = Recent.regionCount * 2 + 10
+        for index in 0..<count { try submit(ledger, .purchase, uid: "uid-recent-\(index)", "\(6000 + index)") }
+        for index in stride(from: 0, to: count, by: 3) {
+            try submit(ledger, .restore, uid: "uid-recent-\(index)", "\(6000 + index)", at: t + Fixtures.day)
+        }
+        let held = try regionEntries(ledger.store).count
+        #expect(held > 0 && held < count * 3, "some changes merged, some still in their regions (\(held))")
+        let bindings = try (0..<count).map { try ledger.binding(originalTransactionId: "\(6000 + $0)") }
+        #expect(bindings.enumerated().allSatisfy { $0.element.uid == "uid-recent-\($0.offset)" })
+        #expect(try ledger.store.replay().isIntact)
+
+        try ledger.store.lmdbEngine.withWriteAccess { access in try access.putReadModels([]) }
+        #expect(try regionEntries(ledger.store).isEmpty)
+        #expect(try (0..<count).map { try ledger.binding(originalTransactionId: "\(6000 + $0)") } == bindings)
+        #expect(try ledger.store.replay().isIntact)
+        try submit(ledger, .restore, uid: "uid-recent-1", "6001", at: t + 2 * Fixtures.day)
+        #expect(try ledger.binding(originalTransactionId: "6001").uid == "uid-recent-1")
+    }
+
+    /// An erased identity stays readable nowhere: its vault entry leaves its region at once, not
+    /// when the region is next merged.
+    @Test func anErasedIdentityLeavesItsRegionAtOnce() throws {
+        defer { directory.remove() }
+        let ledger = try newLedger()
+        try submit(ledger, .purchase, uid: "uid-recent-gone", "5100")
+        let vaultKey = try ledger.store.keys.vaultKey(uid: "uid-recent-gone")
+        #expect(try regionEntries(ledger.store).contains { $0.1 == .vaultPut && $0.2 == vaultKey })
+        _ = try ledger.submit(.deleteAccount(uid: "uid-recent-gone"), at: t + Fixtures.day)
+        #expect(try !regionEntries(ledger.store).contains { $0.2 == vaultKey })
+        #expect(try ledger.store.read { try ledger.store.pseudonym(ofUID: "uid-recent-gone", in: $0) } == nil)
+        #expect(try ledger.binding(originalTransactionId: "5100").state == "tombstoned")
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    /// A format-2 store (no regions) is read and written as before, every change straight into the
+    /// main trees, until `compact` makes it format 3.
+    @Test func aFormatTwoStoreWorksAndCompactMakesItFormatThree() throws {
+        defer { directory.remove() }
+        do {
+            let ledger = try newLedger()
+            try submit(ledger, .purchase, uid: "uid-recent-old", "5200")
+            // Back to format 2's layout: the regions merged and dropped, the format recorded as 2.
+            try ledger.store.lmdbEngine.withWriteAccess { access in
+                try access.mergeAllRecent()
+                for dbi in try #require(access.recent).databases { try lmdb(mdb_drop(access.txn.handle, dbi, 1), "mdb_drop") }
+                try access.putMeta(Array(MetaKey.formatVersion.rawValue.utf8), u32Bytes(2))
+            }
+        }
+        do {
+            let ledger = try Ledger(opening: storeURL, clock: Fixtures.clock)
+            #expect(ledger.store.formatVersion == 2)
+            try submit(ledger, .purchase, uid: "uid-recent-new", "5201")
+            try submit(ledger, .restore, uid: "uid-recent-old", "5200", at: t + Fixtures.day)
+            #expect(try ledger.binding(originalTransactionId: "5201").uid == "uid-recent-new")
+            #expect(try ledger.store.replay().isIntact)
+        }
+        let compacted = try LedgerBinary.run(["compact", "--store", storeURL.path])
+        #expect(compacted.status == 0, "\(compacted.stderr)")
+        #expect(compacted.json["formatVersion"] as? Int == 3)
+        let ledger = try Ledger(opening: storeURL, clock: Fixtures.clock)
+        #expect(ledger.store.formatVersion == 3)
+        #expect(try ledger.binding(originalTransactionId: "5200").uid == "uid-recent-old")
+        try submit(ledger, .purchase, uid: "uid-recent-third", "5202")
+        #expect(try ledger.binding(originalTransactionId: "5202").uid == "uid-recent-third")
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    @Test func aDamagedRegionEntryIsReportedNamingItsDatabase() throws {
+        defer { directory.remove() }
+        do {
+            let ledger = try newLedger()
+            try submit(ledger, .purchase, uid: "uid-recent-x", "5300")
+            try ledger.store.lmdbEngine.withWriteAccess { access in
+                let dbi = try #require(access.recent).databases[5]
+                try KeyBuffer(UInt64.max).with { k in try [UInt8](repeating: 9, count: 3).withUnsafeBytes { _ = try access.txn.put(dbi, k, $0) } }
+            }
+        }
+        let verify = try LedgerBinary.run(["verify", "--store", storeURL.path])
+        #expect(verify.status == 3, "\(verify.stdout) \(verify.stderr)")
+        #expect(verify.stderr.contains("recent-5"), "\(verify.stderr)")
+    }
+}
