@@ -292,7 +292,7 @@ extension LMDBAccess {
         let cursor = try txn.cursor(dbi)
         defer { cursor.close() }
         var main = try lower.isEmpty ? cursor.get(MDB_FIRST) : lower.withUnsafeBytes { try cursor.get(MDB_SET_RANGE, key: $0) }
-        if let upper, let (key, _) = main, AppendPosition.compare(key, upper) >= 0 { main = nil }
+        if let upper, let (key, _) = main, Self.compareBytes(key, upper) >= 0 { main = nil }
         var index = overlay.startIndex
         var overlayKey: [UInt8] = []
         func loadOverlayKey() {
@@ -318,8 +318,8 @@ extension LMDBAccess {
                 loadOverlayKey()
                 continue
             }
-            var order = overlayLeft ? -AppendPosition.compare(key, overlayKey) : 1  // overlay's key against main's
-            if order == 0, duplicates, let stored = overlay[index].1 { order = -AppendPosition.compare(value, stored) }
+            var order = overlayLeft ? -Self.compareBytes(key, overlayKey) : 1  // overlay's key against main's
+            if order == 0, duplicates, let stored = overlay[index].1 { order = -Self.compareBytes(value, stored) }
             if order < 0 || (order == 0 && !duplicates) {
                 // The overlay's entry comes first, or replaces the main tree's.
                 if let stored = overlay[index].1 {
@@ -342,11 +342,24 @@ extension LMDBAccess {
 
     private func next(_ cursor: LMDBCursor, _ upper: [UInt8]?) throws -> (key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)? {
         guard let entry = try cursor.get(MDB_NEXT) else { return nil }
-        if let upper, AppendPosition.compare(entry.key, upper) >= 0 { return nil }
+        if let upper, Self.compareBytes(entry.key, upper) >= 0 { return nil }
         return entry
     }
 
-    private func compare(_ a: [UInt8], _ b: [UInt8]) -> Int { a.withUnsafeBytes { AppendPosition.compare($0, b) } }
+    private func compare(_ a: [UInt8], _ b: [UInt8]) -> Int { a.withUnsafeBytes { Self.compareBytes($0, b) } }
+
+    /// memcmp order, shorter first on a common prefix (LMDB's default order).
+    @inline(__always)
+    static func compareBytes(_ a: UnsafeRawBufferPointer, _ b: [UInt8]) -> Int {
+        b.withUnsafeBytes { b in
+            let common = Swift.min(a.count, b.count)
+            if common > 0, let x = a.baseAddress, let y = b.baseAddress {
+                let order = memcmp(x, y, common)
+                if order != 0 { return order < 0 ? -1 : 1 }
+            }
+            return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
+        }
+    }
 
     /// Visits the entries of `dbi` from `start` (empty: the first) in key order, with every region's
     /// changes to the keys `prefix` ‖ 16 bytes merged in (`overlay(region)` lists them).
