@@ -139,6 +139,66 @@ import Testing
         }
     }
 
+    /// Every `support` subcommand takes `--keys DIR`, as every other command does.
+    @Test func everySupportSubcommandTakesTheKeyDirectory() throws {
+        defer { directory.remove() }
+        let store = directory.path("store").path
+        let keys = directory.path("keys").path
+        let root = directory.path("root.key").path
+        let ann = directory.path("ann.key").path
+        #expect(try LedgerBinary.run(["support", "keygen", "--out", root]).status == 0)
+        let created = try LedgerBinary.run([
+            "init", "--store", store, "--keys", keys, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox", "--admin", "root",
+            "--admin-public-key", root + ".pub",
+        ])
+        #expect(created.status == 0, "\(created.stderr)")
+        let purchase = Fixtures.line(["type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1001", at: t), "at": t])
+        #expect(try LedgerBinary.run(["submit", "--trust-decoded", "--store", store, "--keys", keys], stdin: purchase + "\n").status == 0)
+        let zero = String(repeating: "0", count: 64)
+        let runs: [(arguments: [String], status: Int32)] = [
+            (["keygen", "--out", ann], 0),
+            (["enroll", "--staff", "ann", "--roles", "administrator", "--public-key", ann + ".pub", "--admin", "root", "--admin-key", root], 0),
+            (["remove", "--staff", "nobody", "--admin", "root", "--admin-key", root], 1),
+            (["cosign", "--change", zero], 1),
+            (
+                [
+                    "request", "--case", "C-1", "--reason", "lost access", "--original-transaction-id", "1001", "--target-account", "bob",
+                    "--target-auth", "re-auth", "--evidence", "order lookup", "--operator", "root", "--key", root,
+                ], 1
+            ),
+            (["approve", "--case", "C-1", "--plan-digest", zero, "--approver", "root", "--key", root], 1),
+            (["transfer", "--case", "C-1"], 1),
+        ]
+        for (arguments, status) in runs {
+            let result = try LedgerBinary.run(["support"] + arguments + ["--store", store, "--keys", keys])
+            #expect(result.status == status, "\(arguments): \(result.stderr)")
+            #expect(!result.stderr.contains("not an option"), "\(arguments): \(result.stderr)")
+        }
+    }
+
+    /// `init` and `restore` with the key files beside `data.mdb` say so (one line on standard error);
+    /// with a key directory of their own they print nothing there.
+    @Test func keysBesideTheDataAreWarnedAbout() throws {
+        defer { directory.remove() }
+        let configuration = ["--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"]
+        let beside = try LedgerBinary.run(["init", "--store", directory.path("beside").path] + configuration)
+        #expect(beside.status == 0, "\(beside.stderr)")
+        let warning = beside.stderr.split(separator: "\n")
+        #expect(warning.count == 1 && warning[0].hasPrefix("warning: ") && beside.stderr.contains("--keys DIR"), "\(beside.stderr)")
+        #expect(beside.stderr.contains("docs/keys.md"), "\(beside.stderr)")
+        let store = directory.path("store").path
+        let keys = directory.path("keys").path
+        let apart = try LedgerBinary.run(["init", "--store", store, "--keys", keys] + configuration)
+        #expect(apart.status == 0 && apart.stderr.isEmpty, "\(apart.stderr)")
+        let backup = directory.path("backup").path
+        #expect(try LedgerBinary.run(["backup", "--store", store, "--keys", keys, "--out", backup, "--include-keys"]).status == 0)
+        let restoredBeside = try LedgerBinary.run(["restore", "--from", backup, "--to", directory.path("restored").path])
+        #expect(restoredBeside.status == 0, "\(restoredBeside.stderr)")
+        #expect(restoredBeside.stderr.hasPrefix("warning: ") && restoredBeside.stderr.contains("--keys DIR"), "\(restoredBeside.stderr)")
+        let restoredApart = try LedgerBinary.run(["restore", "--from", backup, "--to", directory.path("restored-2").path, "--keys", keys])
+        #expect(restoredApart.status == 0 && restoredApart.stderr.isEmpty, "\(restoredApart.stderr)")
+    }
+
     /// A key directory others may write to (who could delete or replace the key files) is refused, naming
     /// it and the fix, like a key file others may read.
     @Test func aKeyDirectoryOthersMayWriteIsRefused() throws {
