@@ -26,7 +26,7 @@ let package = Package(
             name: "OwnershipLedger",
             dependencies: ["LedgerCore", "Projections", "LedgerCrypto", "LedgerStore", "AppleSignedData", "StrictJSON", "AppStoreServerAPI"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
-        .target(name: "FirebaseAuth", dependencies: ["LedgerCrypto", "COpenSSL", "StrictJSON"]),
+        .target(name: "FirebaseAuth", dependencies: ["LedgerCore", "LedgerCrypto", "COpenSSL", "StrictJSON"]),
         .target(name: "LedgerService", dependencies: ["OwnershipLedger", "HTTPServer", "FirebaseAuth", "StrictJSON", "AppStoreServerAPI"]),
         .executableTarget(name: "ledger", dependencies: ["OwnershipLedger", "StrictJSON", "LedgerService", "HTTPServer", "FirebaseAuth"]),
         .target(

@@ -200,12 +200,13 @@ public enum ReadModel {
 
     // MARK: Staff and transfer cases
 
-    /// u8 roles ‖ varint-length public key ‖ optional account(16).
+    /// u8 roles ‖ varint-length public key ‖ optional account(16) ‖ optional varint enrolledAfter.
     static func encode(_ member: StaffMember) -> [UInt8] {
         var w = ByteWriter()
         w.u8(member.roles.rawValue)
         w.shortBytes(member.publicKey)
         w.optional(member.ownAccount) { $0.key($1.key) }
+        w.optional(member.enrolledAfter) { $0.varint($1) }
         return w.output
     }
 
@@ -213,14 +214,15 @@ public enum ReadModel {
         try ByteReader.reading(value) { r throws(DecodingFailure) in
             let member = StaffMember(
                 roles: StaffRoles(rawValue: try r.u8()), publicKey: try r.shortBytes(),
-                ownAccount: try r.optional { r throws(DecodingFailure) in AccountID(try r.key()) })
+                ownAccount: try r.optional { r throws(DecodingFailure) in AccountID(try r.key()) },
+                enrolledAfter: try r.optional { r throws(DecodingFailure) in try r.varint() })
             try r.expectEnd()
             return member
         }
     }
 
     /// bool applied ‖ varint-length request event ‖ optional varint-length approval event (each as
-    /// `EventCodec` writes a record's only event, at time 0).
+    /// `EventCodec` writes a record's only event, at time 0) ‖ optional varint approverEnrolledAfter.
     static func encode(_ transfer: TransferCase) -> [UInt8] {
         func event(_ event: LedgerEvent) -> [UInt8] {
             var w = ByteWriter()
@@ -231,6 +233,7 @@ public enum ReadModel {
         w.bool(transfer.applied)
         w.shortBytes(event(.transferRequested(transfer.request)))
         w.optional(transfer.approval) { $0.shortBytes(event(.transferApproved($1))) }
+        w.optional(transfer.approverEnrolledAfter) { $0.varint($1) }
         return w.output
     }
 
@@ -251,8 +254,9 @@ public enum ReadModel {
                 }
                 return approval
             }
+            let approverEnrolledAfter = try r.optional { r throws(DecodingFailure) in try r.varint() }
             try r.expectEnd()
-            return TransferCase(request: request, approval: approval, applied: applied)
+            return TransferCase(request: request, approval: approval, approverEnrolledAfter: approverEnrolledAfter, applied: applied)
         }
     }
 }

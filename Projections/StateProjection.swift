@@ -7,8 +7,9 @@ public enum StateProjection {
     /// read model of another version is rebuilt. 2: storage format 2 (16-byte keys, no account lists).
     /// 3: a transfer keeps the lineage's entitlement, ended `transferred` (``LineageState/awaitsRestore``).
     /// 4: an entitlement knows the purchase date of the transaction whose period it grants
-    /// (``Entitlement/purchasedAt``).
-    public static let version: UInt32 = 4
+    /// (``Entitlement/purchasedAt``). 5: staff members know their enrolment and transfer cases the
+    /// approver's enrolment at the approval (``TransferCase/approverEnrolledAfter``).
+    public static let version: UInt32 = 5
 
     /// Folds the events of `records` into `state`.
     public static func fold(records: some Sequence<Record>, into state: LedgerState = LedgerState()) -> LedgerState {
@@ -39,7 +40,9 @@ public enum StateProjection {
             case .staffEnrolled(let e): touched.staff[e.staff] = state.staff[e.staff]
             case .staffRemoved(let e): touched.staff[e.staff] = state.staff[e.staff]
             case .transferRequested(let e): touched.transfers[e.plan.caseId] = state.transfers[e.plan.caseId]
-            case .transferApproved(let e): touched.transfers[e.caseId] = state.transfers[e.caseId]
+            case .transferApproved(let e):
+                touched.transfers[e.caseId] = state.transfers[e.caseId]
+                touched.staff[e.approvedBy] = state.staff[e.approvedBy]
             case .transferApplied(let e): touched.transfers[e.caseId] = state.transfers[e.caseId]
             default: break
             }
@@ -152,13 +155,14 @@ public enum StateProjection {
             if accountLineages { state.accountLineages[account] = nil }
             state.deletedAccounts.insert(account)
         case .staffEnrolled(let e):
-            state.staff[e.staff] = StaffMember(roles: e.roles, publicKey: e.publicKey, ownAccount: e.ownAccount)
+            state.staff[e.staff] = StaffMember(roles: e.roles, publicKey: e.publicKey, ownAccount: e.ownAccount, enrolledAfter: e.signedAfter)
         case .staffRemoved(let e):
             state.staff[e.staff] = nil
         case .transferRequested(let e):
             state.transfers[e.plan.caseId] = TransferCase(request: e)
         case .transferApproved(let e):
             state.transfers[e.caseId]?.approval = e
+            state.transfers[e.caseId]?.approverEnrolledAfter = state.staff[e.approvedBy]?.enrolledAfter
         case .transferApplied(let e):
             if accountLineages {
                 state.unlink(e.lineage, from: e.source.account)

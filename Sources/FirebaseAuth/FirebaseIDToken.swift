@@ -1,4 +1,5 @@
 import Foundation
+import LedgerCore
 import LedgerCrypto
 import StrictJSON
 
@@ -218,6 +219,8 @@ public final class FirebaseTokenVerifier: Sendable {
         guard let uid = token.subject, (1...128).contains(uid.count) else {
             throw TokenError(.invalidSubject, "sub (the UID) must be 1 to 128 characters")
         }
+        // The rule `submit` applies to a UID: a sub it would refuse never reaches the ledger.
+        if let problem = FirebaseUID.problem(uid) { throw TokenError(.invalidSubject, "sub (the UID) \(problem)") }
         let key = try keys.key(for: keyId).get()
         let valid: Bool
         do {

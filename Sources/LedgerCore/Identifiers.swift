@@ -170,3 +170,19 @@ extension Array where Element == UInt8 {
         self = out
     }
 }
+
+/// The rule for a Firebase UID the ledger accepts, as `submit`'s `account` or an ID token's `sub`: 1 to
+/// 256 UTF-8 bytes, no control character (U+0000–U+001F, U+007F: no Firebase UID holds one, and no query
+/// could name it).
+public enum FirebaseUID {
+    public static let maximumBytes = 256
+
+    /// Why `uid` is not such a UID (a phrase completing "the UID …"), or nil when it is.
+    public static func problem(_ uid: String) -> String? {
+        if uid.isEmpty || uid.utf8.count > maximumBytes { return "must be 1 to \(maximumBytes) bytes" }
+        if uid.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) {
+            return "contains a control character (U+0000–U+001F or U+007F); a Firebase UID never does"
+        }
+        return nil
+    }
+}

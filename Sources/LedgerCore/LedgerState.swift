@@ -94,11 +94,15 @@ public struct StaffMember: Equatable, Sendable {
     public var roles: StaffRoles
     public var publicKey: [UInt8]
     public var ownAccount: AccountID?
+    /// The enrolment's ``StaffEnrolled/signedAfter`` (nil for the first administrator and format-1
+    /// enrolments): which enrolment this is, so what was signed under an earlier one is told apart.
+    public var enrolledAfter: UInt64?
 
-    public init(roles: StaffRoles, publicKey: [UInt8], ownAccount: AccountID?) {
+    public init(roles: StaffRoles, publicKey: [UInt8], ownAccount: AccountID?, enrolledAfter: UInt64? = nil) {
         self.roles = roles
         self.publicKey = publicKey
         self.ownAccount = ownAccount
+        self.enrolledAfter = enrolledAfter
     }
 }
 
@@ -106,11 +110,15 @@ public struct StaffMember: Equatable, Sendable {
 public struct TransferCase: Equatable, Sendable {
     public var request: TransferRequested
     public var approval: TransferApproved?
+    /// The approver's ``StaffMember/enrolledAfter`` when they approved: the approval counts only while
+    /// they are still under that enrolment (not after a removal and re-enrolment).
+    public var approverEnrolledAfter: UInt64?
     public var applied: Bool
 
-    public init(request: TransferRequested, approval: TransferApproved? = nil, applied: Bool = false) {
+    public init(request: TransferRequested, approval: TransferApproved? = nil, approverEnrolledAfter: UInt64? = nil, applied: Bool = false) {
         self.request = request
         self.approval = approval
+        self.approverEnrolledAfter = approverEnrolledAfter
         self.applied = applied
     }
 }

@@ -81,8 +81,11 @@ public enum TransferDecider {
     ///   administrator's signature).
     ///
     /// The outcome's events are the change's event, or the proposal; a refused change records nothing.
+    /// `enrolsLedgerSigningKey`: the caller found the enrolled public key to be the ledger's own signing
+    /// key, which is refused like a key enrolled for someone else (it is published and signs for nobody).
     public static func changeRoster(
-        _ change: RosterChange, signatures: RosterSignatures, state: LedgerState, formatOneRules: Bool = false
+        _ change: RosterChange, signatures: RosterSignatures, state: LedgerState, formatOneRules: Bool = false,
+        enrolsLedgerSigningKey: Bool = false
     ) -> Outcome {
         let admin = change.signer
         var checks = [administratorCheck(admin, state: state)]
@@ -93,7 +96,7 @@ public enum TransferDecider {
                     ? "the change is signed by \(admin ?? "?")'s enrolled key"
                     : "the change's signature does not verify under \(admin ?? "?")'s enrolled key"))
         switch change {
-        case .enroll(let enrolment): checks += enrolmentChecks(enrolment, state: state)
+        case .enroll(let enrolment): checks += enrolmentChecks(enrolment, state: state, isLedgerSigningKey: enrolsLedgerSigningKey)
         case .remove(let removal): checks += removalChecks(removal, state: state)
         }
         let administrators = state.administrators
@@ -138,7 +141,7 @@ public enum TransferDecider {
         return Outcome(checks: checks, events: accepted ? events : [])
     }
 
-    private static func enrolmentChecks(_ enrolment: StaffEnrolled, state: LedgerState) -> [Check] {
+    private static func enrolmentChecks(_ enrolment: StaffEnrolled, state: LedgerState, isLedgerSigningKey: Bool) -> [Check] {
         var checks: [Check] = []
         let known = state.staff[enrolment.staff] != nil
         checks.append(
@@ -151,11 +154,17 @@ public enum TransferDecider {
                 name: "roles-given", passed: !enrolment.roles.isEmpty,
                 detail: enrolment.roles.isEmpty ? "no role given" : "roles \(enrolment.roles.names.joined(separator: ","))"))
         let sharedKey = state.staff.first { $0.value.publicKey == enrolment.publicKey }?.key
+        let detail =
+            if let sharedKey {
+                "the public key is already enrolled for \(sharedKey): each person has their own key"
+            } else if isLedgerSigningKey {
+                "the public key is the ledger's own signing key (`ledger signing-key`), which signs for nobody: each person has their own key (`ledger support keygen`)"
+            } else {
+                enrolment.publicKey.count == 32 ? "the public key is not enrolled for anyone else" : "not a 32-byte Ed25519 key"
+            }
         checks.append(
             Check(
-                name: "key-unique", passed: sharedKey == nil && enrolment.publicKey.count == 32,
-                detail: sharedKey.map { "the public key is already enrolled for \($0): each person has their own key" }
-                    ?? (enrolment.publicKey.count == 32 ? "the public key is not enrolled for anyone else" : "not a 32-byte Ed25519 key")))
+                name: "key-unique", passed: sharedKey == nil && !isLedgerSigningKey && enrolment.publicKey.count == 32, detail: detail))
         return checks
     }
 
@@ -318,6 +327,17 @@ public enum TransferDecider {
         if let approval = transfer.approval {
             checks.append(Check(name: "approved", passed: true, detail: "approved by \(approval.approvedBy)"))
             checks += approvalChecks(approval, request: request, signatureValid: facts.approvalSignatureValid ?? false, state: state)
+            if let member = state.staff[approval.approvedBy] {
+                // An approval is tied to the enrolment it was made under: a removal ends it for good.
+                let current = member.enrolledAfter == transfer.approverEnrolledAfter
+                checks.append(
+                    Check(
+                        name: "approval-current-enrolment", passed: current,
+                        detail: current
+                            ? "\(approval.approvedBy) approved under their current enrolment"
+                            : "\(approval.approvedBy) approved before they were removed and enrolled again: an approval does not outlive its enrolment; open a new case"
+                    ))
+            }
         } else {
             checks.append(
                 Check(name: "approved", passed: false, detail: "no independent approver has approved this plan"))

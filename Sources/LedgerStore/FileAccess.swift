@@ -83,6 +83,7 @@ public enum FileAccess {
     /// may read ``LedgerStoreError/keyReadableByOthers(path:mode:)``; any other failure (a file or directory
     /// this user may not read) is reported as what it is.
     static func readKeyFile(_ url: URL) throws -> [UInt8] {
+        try checkKeyDirectory(of: url)
         var info = stat()
         guard stat(url.path, &info) == 0 else {
             let code = errno
@@ -94,9 +95,20 @@ public enum FileAccess {
         return try read(url.path, limit: 1 << 16)
     }
 
+    /// Refuses the directory of the key file `url` when others may write to it (they could delete or replace
+    /// the key files): ``LedgerStoreError/keyDirectoryWritableByOthers(path:mode:)``.
+    static func checkKeyDirectory(of url: URL) throws {
+        let directory = url.deletingLastPathComponent().path
+        var info = stat()
+        guard stat(directory, &info) == 0 else { return }  // reading or creating the file names the failure
+        let mode = UInt16(info.st_mode & 0o7777)
+        guard mode & 0o002 == 0 else { throw LedgerStoreError.keyDirectoryWritableByOthers(path: directory, mode: mode) }
+    }
+
     /// Creates the key file `url` with mode 0600 holding `contents`, synced to disk. An existing file is
     /// ``LedgerStoreError/alreadyInitialized(directory:)``.
     static func createKeyFile(_ url: URL, contents: [UInt8]) throws {
+        try checkKeyDirectory(of: url)
         do {
             try createFile(url, contents: contents)
         } catch LedgerStoreError.fileAccess(_, _, EEXIST) {
@@ -109,12 +121,15 @@ public enum FileAccess {
         try withNewFile(url) { fd in try write(contents, to: fd, path: url.path) }
     }
 
-    /// Writes `contents` to the file `path`, created (mode 0666 less the umask) or replaced whole, as an
-    /// output file (`--out`). A failure says why (`EISDIR`, `ENOENT`, `ENOSPC`…) and leaves an existing
-    /// regular file as it was.
-    public static func writeFile(_ path: String, contents: [UInt8]) throws {
+    /// Writes `contents` to the output file `path` (`--out`), created (mode 0600: an output may hold private
+    /// case text or a transaction id) or replaced whole. A failure says why (`EISDIR`, `ENOENT`, `ENOSPC`…)
+    /// and leaves an existing regular file as it was. Refused (``LedgerStoreError/refusedOutput(path:reason:)``)
+    /// when `path` is a symbolic link, or is or lies in one of `protected` (the store and key directories),
+    /// symbolic links resolved: an output never replaces `data.mdb` or a key file.
+    public static func writeFile(_ path: String, contents: [UInt8], protecting protected: [URL]) throws {
+        try checkOutputPath(path, protecting: protected)
         var status = stat()
-        // Not a regular file (a terminal, a pipe, /dev/stdout): written in place.
+        // Not a regular file (a terminal, a pipe, /dev/null): written in place.
         if stat(path, &status) == 0, status.st_mode & S_IFMT != S_IFREG {
             let fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC)
             guard fd >= 0 else { throw failure("write", path, errno) }
@@ -123,9 +138,10 @@ public enum FileAccess {
         }
         // A regular file is replaced whole or not at all: written beside it, synced, then renamed over
         // it, so a full disk never leaves it empty or cut short (an earlier checkpoint stays as it was).
+        // The staging file is new (never a file or link someone left there).
         let staging = path + ".partial-\(getpid())"
-        let fd = open(staging, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o666)
-        guard fd >= 0 else { throw failure("write", path, errno) }
+        let fd = open(staging, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw failure("create", staging, errno) }
         do {
             defer { close(fd) }
             try write(contents, to: fd, path: path)
@@ -135,6 +151,34 @@ public enum FileAccess {
             unlink(staging)
             throw error
         }
+    }
+
+    /// Refuses the output path `path` when it is a symbolic link or resolves to, or into, one of `protected`.
+    private static func checkOutputPath(_ path: String, protecting protected: [URL]) throws {
+        var status = stat()
+        if lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFLNK {
+            throw LedgerStoreError.refusedOutput(path: path, reason: "it is a symbolic link: give the path of a file itself")
+        }
+        let url = URL(fileURLWithPath: path)
+        let resolved = realPath(url.path) ?? realPath(url.deletingLastPathComponent().path).map { $0 + "/" + url.lastPathComponent }
+        guard let resolved else { return }  // its directory is missing: the write fails naming it
+        for directory in protected {
+            let root = realPath(directory.path) ?? directory.standardizedFileURL.path
+            if resolved == root || resolved.hasPrefix(root.hasSuffix("/") ? root : root + "/") {
+                throw LedgerStoreError.refusedOutput(
+                    path: path,
+                    reason:
+                        "it is in \(directory.path), the ledger's store or key directory (an output there could replace data.mdb or a key file): write it to another directory"
+                )
+            }
+        }
+    }
+
+    /// `realpath(3)` of `path`, nil when it cannot be resolved (it does not exist).
+    private static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 
     /// Copies the regular file `source` into the new file `destination` (mode 0600, refused when it

@@ -9,6 +9,8 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
     case keysInUse(directory: String)
     case missingKey(path: String)
     case keyReadableByOthers(path: String, mode: UInt16)
+    /// The directory holding the key files can be written by others (who could delete or replace them).
+    case keyDirectoryWritableByOthers(path: String, mode: UInt16)
     case malformedKey(path: String)
     /// The key file is not the one the store was created with.
     case wrongKey(path: String)
@@ -43,13 +45,15 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
     /// A file or directory could not be used: `errno` says why (`EACCES`/`EPERM`: this user may not).
     /// Built by ``FileAccess/failure(_:_:_:)``, which names the directory that blocks the way when there is one.
     case fileAccess(path: String, operation: String, errno: Int32)
+    /// An output file (`--out`) the ledger refuses to write: a symbolic link, or a path in its store or key directory.
+    case refusedOutput(path: String, reason: String)
 
     /// A stable kebab-case code.
     public var code: String {
         switch self {
         case .notInitialized: "not-initialized"
         case .alreadyInitialized, .keysInUse: "already-initialized"
-        case .missingKey, .keyReadableByOthers, .malformedKey, .wrongKey: "key-file"
+        case .missingKey, .keyReadableByOthers, .keyDirectoryWritableByOthers, .malformedKey, .wrongKey: "key-file"
         case .newerFormat: "newer-format"
         case .missingSigningKey, .wrongSigningKey: "signing-key-file"
         case .incompleteInit: "incomplete-init"
@@ -59,6 +63,7 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
         case .corrupt, .identityVaultMismatch: "corrupt"
         case .unavailable: "unavailable"
         case .database: "database"
+        case .refusedOutput: "refused-output"
         case .fileAccess(_, _, let code): code == EACCES || code == EPERM ? "permission-denied" : "file-access"
         }
     }
@@ -75,6 +80,8 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
             "the ledger key file \(path) is missing: restore it from your backup (without it no lineage or account can be looked up); if this store keeps its key files in another directory, give it with --keys DIR (or LEDGER_KEYS)"
         case .keyReadableByOthers(let path, let mode):
             "the ledger key file \(path) has mode \(String(mode, radix: 8)) and can be read by others: run `chmod 600 \(path)`"
+        case .keyDirectoryWritableByOthers(let path, let mode):
+            "the key directory \(path) has mode \(String(mode, radix: 8)) and can be written by others, who could delete or replace the key files: run `chmod 700 \(path)`"
         case .malformedKey(let path):
             "the ledger key file \(path) is not 64 hexadecimal characters: restore it from your backup"
         case .wrongKey(let path):
@@ -107,6 +114,8 @@ public enum LedgerStoreError: Error, Equatable, CustomStringConvertible, Sendabl
             "the database \(store) cannot be reached (\(detail)): nothing was written; retry when it is back"
         case .database(let store, let detail):
             "the database \(store) refused the ledger's statement: \(detail)"
+        case .refusedOutput(let path, let reason):
+            "refusing to write \(path): \(reason)"
         case .fileAccess(let path, let operation, let code) where code == EACCES || code == EPERM:
             "permission denied (\(FileAccess.name(of: code))): cannot \(operation) \(path) as \(FileAccess.currentUser): "
                 + "run the ledger as a user allowed to, or change the owner or mode of \(path)"

@@ -270,13 +270,10 @@ public struct SubmitProtocol: Sendable {
     }
 
     private func account(_ object: JSONMembers) throws -> String {
-        guard let uid = object["account"]?.string, !uid.isEmpty, uid.utf8.count <= 256 else {
-            throw ProtocolError("account (the authenticated Firebase UID, 1–256 bytes) is missing or not a string")
+        guard let uid = object["account"]?.string, !uid.isEmpty, uid.utf8.count <= FirebaseUID.maximumBytes else {
+            throw ProtocolError("account (the authenticated Firebase UID, 1–\(FirebaseUID.maximumBytes) bytes) is missing or not a string")
         }
-        // No Firebase UID holds one, and no query (`ledger account --uid`) could name it.
-        guard !uid.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
-            throw ProtocolError("account contains a control character (U+0000–U+001F or U+007F); a Firebase UID never does")
-        }
+        if let problem = FirebaseUID.problem(uid) { throw ProtocolError("account \(problem)") }
         return uid
     }
 

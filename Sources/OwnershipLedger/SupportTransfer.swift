@@ -215,7 +215,7 @@ extension Ledger {
                 signatures: .init(
                     signatureValid: try Self.verifies(change.signature, message, key: change.signer.flatMap { state.staff[$0]?.publicKey }),
                     coSignatureValid: try Self.verifies(coSigned.coSignature, message, key: state.staff[administrator]?.publicKey)),
-                state: state)
+                state: state, enrolsLedgerSigningKey: try enrolsSigningKey(change, group))
             decided.checks.insert(contentsOf: checks, at: 0)
             var result = outcome("cosign", checks: decided.checks)
             (result.rosterChange, result.changeDigest) = (coSigned, digest)
@@ -234,10 +234,22 @@ extension Ledger {
             let valid = try Self.verifies(
                 change.signature, change.signedMessage, key: change.signer.flatMap { state.staff[$0]?.publicKey })
             var result = outcome(
-                "review-change", checks: checks + TransferDecider.changeRoster(change, signatures: .init(signatureValid: valid), state: state).checks)
+                "review-change",
+                checks: checks
+                    + TransferDecider.changeRoster(
+                        change, signatures: .init(signatureValid: valid), state: state, enrolsLedgerSigningKey: try enrolsSigningKey(change, group)
+                    ).checks)
             (result.rosterChange, result.changeDigest) = (change, digest)
             return result
         }
+    }
+
+    /// Whether `change` enrols the ledger's own signing public key (its fingerprint is the one the store recorded).
+    private func enrolsSigningKey(_ change: RosterChange, _ group: WriteGroup) throws -> Bool {
+        guard case .enroll(let enrolment) = change, let recorded = try group.reader.meta(.signingKey),
+            let key = try? Ed25519PublicKey(rawRepresentation: enrolment.publicKey)
+        else { return false }
+        return try SigningKey.fingerprint(key) == recorded
     }
 
     /// The roster change proposed with digest `digest` and not co-signed yet, with the checks saying
@@ -272,7 +284,8 @@ extension Ledger {
         let state = group.state
         let message = change.signedMessage
         let valid = try Self.verifies(change.signature, message, key: change.signer.flatMap { state.staff[$0]?.publicKey })
-        let decided = TransferDecider.changeRoster(change, signatures: .init(signatureValid: valid), state: state)
+        let decided = TransferDecider.changeRoster(
+            change, signatures: .init(signatureValid: valid), state: state, enrolsLedgerSigningKey: try enrolsSigningKey(change, group))
         let digest = try Self.digest(of: message)
         let proposal: Bool
         if case .rosterChangeProposed? = decided.events.first { proposal = true } else { proposal = false }

@@ -62,7 +62,8 @@ struct RestoreCommand: Subcommand {
         Restores a backup made by `ledger backup` into a new store at DIR (missing, or empty but for the
         key files; an existing store is never overwritten). The keys: those in KEYDIR (--keys, else
         LEDGER_KEYS, else DIR itself) when it holds them; else the backup's (taken with --include-keys),
-        written into KEYDIR (mode 0600). Refuses, leaving no store:
+        written into KEYDIR (mode 0600); when KEYDIR is DIR, a warning on standard error recommends a
+        separate key directory (docs/keys.md). Refuses, leaving no store:
           - a backup whose checkpoint.txt is missing or not validly signed by that signing key, or whose
             data.mdb does not have the size and SHA-256 the checkpoint signed (truncated, damaged,
             altered): exit 1; these are checked before LMDB reads the copy;
@@ -105,6 +106,7 @@ struct RestoreCommand: Subcommand {
                 "verifiedRecords": report.verification.verifiedRecords, "events": report.verification.events,
                 "intact": report.verification.isIntact,
             ]))
+        warnIfKeysBesideData(store: to, keys: report.keyDirectory, console: console)
         return .success
     }
 

@@ -260,6 +260,15 @@ func warnIfClockBehindLog(_ ledger: Ledger, console: Console) throws {
             + "current time will not see them. Check the clock (NTP) of every host that writes to this ledger (docs/forensics.md).")
 }
 
+/// Warns (one line on standard error) that a new or restored store keeps its key files beside `data.mdb`:
+/// a copy of the directory (a snapshot, rsync) then carries the keys that unseal its UIDs and sign its checkpoints.
+func warnIfKeysBesideData(store: URL, keys: URL, console: Console) {
+    guard store.standardizedFileURL.path == keys.standardizedFileURL.path else { return }
+    console.err(
+        "warning: the key files are in \(keys.path) beside data.mdb, so any copy of that directory carries them: keep them in a "
+            + "separate directory with --keys DIR (or LEDGER_KEYS), docs/keys.md")
+}
+
 /// Opens the store the store options name.
 func openStore(_ arguments: Arguments) throws -> LedgerStore {
     try LedgerStore(opening: arguments.location())

@@ -40,7 +40,7 @@ struct EvidenceCommand: Subcommand {
         let since = try arguments.time("since")
         let ledger = try openLedger(arguments)
         let evidence = try ledger.exportEvidence(environment: try arguments.environment(), since: since)
-        try writeFile(evidence.data, to: out)
+        try writeFile(evidence.data, to: out, sparing: ledger)
         let summary = (try? JSONSerialization.jsonObject(with: evidence.data)) as? [String: Any] ?? [:]
         console.out(
             JSONLine.render([

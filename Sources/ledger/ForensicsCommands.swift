@@ -5,12 +5,13 @@ import LedgerCrypto
 import LedgerStore
 import OwnershipLedger
 
-/// Writes `data` to `path`, or fails naming it and why: a path that cannot be written (`Is a directory
-/// (EISDIR)`, a missing directory) is a usage error, a device that fails the write (a full disk, an I/O
-/// error) a store error (exit 3).
-func writeFile(_ data: Data, to path: String) throws {
+/// Writes `data` to the output file `path` (mode 0600), or fails naming it and why: a path that cannot be
+/// written (`Is a directory (EISDIR)`, a missing directory), a symbolic link or a path in `ledger`'s store or
+/// key directory is a usage error, a device that fails the write (a full disk, an I/O error) a store error (exit 3).
+func writeFile(_ data: Data, to path: String, sparing ledger: Ledger) throws {
+    let location = ledger.store.location
     do {
-        try FileAccess.writeFile(path, contents: [UInt8](data))
+        try FileAccess.writeFile(path, contents: [UInt8](data), protecting: [location.dataDirectory, location.keyDirectory].compactMap { $0 })
     } catch let error as LedgerStoreError {
         if case .fileAccess(_, _, let code) = error, [ENOSPC, EDQUOT, EIO, EROFS].contains(code) {
             throw CLIError(code: .storeError, message: "\(error)")
@@ -189,13 +190,13 @@ struct CheckpointCommand: Subcommand {
         let ledger = try openLedger(arguments)
         let (text, checkpoint) = try ledger.makeCheckpoint()
         if let path = arguments.value("public-key-out") {
-            try writeFile(Data(try ledger.signer().publicKey.pem.utf8), to: path)
+            try writeFile(Data(try ledger.signer().publicKey.pem.utf8), to: path, sparing: ledger)
         }
         guard let out = arguments.value("out") else {
             console.write(Array(text.utf8))
             return .success
         }
-        try writeFile(Data(text.utf8), to: out)
+        try writeFile(Data(text.utf8), to: out, sparing: ledger)
         console.out(
             JSONLine.render([
                 "out": out, "origin": checkpoint.origin, "size": checkpoint.size, "root": Data(checkpoint.rootHash).base64EncodedString(),
@@ -221,7 +222,7 @@ struct SigningKeyCommand: Subcommand {
         let ledger = try openLedger(arguments)
         let pem = try ledger.signer().publicKey.pem
         if let out = arguments.value("out") {
-            try writeFile(Data(pem.utf8), to: out)
+            try writeFile(Data(pem.utf8), to: out, sparing: ledger)
         } else {
             console.write(Array(pem.utf8))
         }
@@ -280,7 +281,7 @@ struct DisputeCommand: Subcommand {
         } catch let failure as DisputeBundle.Failure {
             throw CLIError.usage(failure.message)
         }
-        try writeFile(data, to: out)
+        try writeFile(data, to: out, sparing: ledger)
         let summary = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
         console.out(
             JSONLine.render([

@@ -17,7 +17,8 @@ struct InitCommand: Subcommand {
         ledger-signing.key (mode 0600; back them up: without ledger.key no lineage or account can be looked
         up) in KEYDIR: --keys, else LEDGER_KEYS, else DIR itself. Keep them outside DIR when people or
         backups that may read the data must not read the keys (docs/keys.md); every later command then
-        needs the same --keys (or LEDGER_KEYS). A KEYDIR that already holds key files is refused. Signed data is accepted only from the bundle
+        needs the same --keys (or LEDGER_KEYS); with the keys in DIR, init warns on standard error. A KEYDIR that
+        already holds key files is refused. Signed data is accepted only from the bundle
         and environment given; --app-apple-id is required for Production. The trusted root defaults to
         Apple Root CA - G3; --root-certificate (DER or PEM, repeatable) replaces it (e.g. a test root).
         --allow-local-testing also permits --environment Xcode or LocalTesting (no signatures: development only).
@@ -64,6 +65,7 @@ struct InitCommand: Subcommand {
             try prepareDirectory(location.keyDirectory, option: arguments.value("keys") == nil ? StoreLocation.keysVariable : "--keys")
         }
         let ledger = try Ledger.initialize(at: location, configuration: configuration, administrator: administrator)
+        if let directory = location.dataDirectory { warnIfKeysBesideData(store: directory, keys: location.keyDirectory, console: console) }
         console.out(
             JSONLine.render([
                 "store": location.description, "keyFile": ledger.store.keyDirectory.appendingPathComponent(LedgerKeys.fileName).path,

@@ -10,7 +10,7 @@ struct SupportCommand: Subcommand {
     static let name = "support"
     static let abstract = "Support recovery: staff keys and roster, signed two-person transfers (dry run first)."
     static let usage = """
-        Usage: ledger support SUBCOMMAND [OPTIONS] [--store DIR]
+        Usage: ledger support SUBCOMMAND [OPTIONS] [--store DIR] [--keys DIR]
 
           keygen   --out FILE
                    Writes a new Ed25519 private key to FILE (PEM, mode 0600; keep it to yourself) and its
@@ -70,7 +70,7 @@ struct SupportCommand: Subcommand {
         guard arguments.positionals.count == 1, let sub = arguments.positionals.first, let allowed = subcommands[sub] else {
             throw CLIError.usage("give one subcommand: keygen, enroll, remove, cosign, request, approve or transfer")
         }
-        for option in arguments.options.keys where option != "store" && !allowed.contains(option) {
+        for option in arguments.options.keys where !["store", "keys", "read-store"].contains(option) && !allowed.contains(option) {
             throw CLIError.usage("--\(option) is not an option of `support \(sub)`")
         }
         if arguments.flags.contains("apply") && sub != "transfer" { throw CLIError.usage("--apply belongs to `support transfer`") }

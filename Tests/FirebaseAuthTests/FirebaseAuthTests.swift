@@ -76,6 +76,10 @@ import Testing
             ("empty sub", .invalidSubject, try Self.token(uid: "")),
             ("sub of 129 characters", .invalidSubject, try Self.token(uid: String(repeating: "u", count: 129))),
             ("no sub", .invalidSubject, try Self.token { $0["sub"] = nil }),
+            // The rule `submit` applies to a UID: no control character, at most 256 bytes.
+            ("sub with NUL", .invalidSubject, try Self.token(uid: "alice\u{0}uid")),
+            ("sub with LF", .invalidSubject, try Self.token(uid: "alice\nuid")),
+            ("sub of 128 emoji (512 bytes)", .invalidSubject, try Self.token(uid: String(repeating: "😀", count: 128))),
             ("bad signature (another key under kid 1)", .invalidSignature, try Self.token(keyId: "test-key-1", signer: 2)),
             ("payload changed after signing", .invalidSignature, try Self.swapPayload(of: valid, with: Self.token(uid: "mallory"))),
             (

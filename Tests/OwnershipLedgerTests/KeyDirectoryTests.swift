@@ -93,6 +93,137 @@ import Testing
         #expect(try LedgerBinary.run(["demo", "--store", directory.path("demo").path, "--keys", keys]).status == 2)
     }
 
+    /// `--out` never replaces the store or a key file (as the service user, through the staff wrapper, it
+    /// could): a path in the store or key directory, directly or through a symbolic link, and any path that
+    /// is a symbolic link are refused; an output is written 0600.
+    @Test func anOutputNeverReplacesTheStoreOrAKeyFile() throws {
+        defer { directory.remove() }
+        let store = directory.path("store").path
+        let keys = directory.path("keys").path
+        let exports = directory.path("exports")
+        try FileManager.default.createDirectory(at: exports, withIntermediateDirectories: true)
+        let created = try LedgerBinary.run([
+            "init", "--store", store, "--keys", keys, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox",
+        ])
+        #expect(created.status == 0, "\(created.stderr)")
+        let purchase = Fixtures.line(["type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1001", at: t), "at": t])
+        #expect(try LedgerBinary.run(["submit", "--trust-decoded", "--store", store, "--keys", keys], stdin: purchase + "\n").status == 0)
+        try FileManager.default.createSymbolicLink(atPath: exports.path + "/link.json", withDestinationPath: store + "/data.mdb")
+        try FileManager.default.createSymbolicLink(atPath: exports.path + "/keylink", withDestinationPath: keys)
+        let protected = [store + "/data.mdb", keys + "/ledger.key", keys + "/ledger-signing.key"]
+        let before = try protected.map { try Data(contentsOf: URL(fileURLWithPath: $0)) }
+        let targets = protected + [store + "/new.json", exports.path + "/link.json", exports.path + "/keylink/ledger.key", keys]
+        for out in targets {
+            for command in [
+                ["dispute", "export", "--original-transaction-id", "1001", "--out", out], ["checkpoint", "--out", out],
+                ["checkpoint", "--public-key-out", out], ["signing-key", "--out", out], ["evidence", "--out", out],
+            ] {
+                let refused = try LedgerBinary.run(command + ["--store", store, "--keys", keys])
+                #expect(refused.status == 2, "\(command): \(refused.stderr)")
+                #expect(refused.stderr.contains("refusing to write \(out)"), "\(command): \(refused.stderr)")
+            }
+        }
+        #expect(try protected.map { try Data(contentsOf: URL(fileURLWithPath: $0)) } == before)
+        #expect(!FileManager.default.fileExists(atPath: store + "/new.json"))
+        #expect(try LedgerBinary.run(["verify", "--store", store, "--keys", keys]).status == 0)
+        // An ordinary output file, new or replaced, is the ledger's alone.
+        let bundle = exports.path + "/case.json"
+        try Data("old".utf8).write(to: URL(fileURLWithPath: exports.path + "/cp.txt"))
+        for (command, out) in [
+            (["dispute", "export", "--original-transaction-id", "1001", "--out", bundle], bundle),
+            (["checkpoint", "--out", exports.path + "/cp.txt"], exports.path + "/cp.txt"),
+        ] {
+            let written = try LedgerBinary.run(command + ["--store", store, "--keys", keys])
+            #expect(written.status == 0, "\(written.stderr)")
+            #expect(try FileManager.default.attributesOfItem(atPath: out)[.posixPermissions] as? Int == 0o600)
+        }
+    }
+
+    /// Every `support` subcommand takes `--keys DIR`, as every other command does.
+    @Test func everySupportSubcommandTakesTheKeyDirectory() throws {
+        defer { directory.remove() }
+        let store = directory.path("store").path
+        let keys = directory.path("keys").path
+        let root = directory.path("root.key").path
+        let ann = directory.path("ann.key").path
+        #expect(try LedgerBinary.run(["support", "keygen", "--out", root]).status == 0)
+        let created = try LedgerBinary.run([
+            "init", "--store", store, "--keys", keys, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox", "--admin", "root",
+            "--admin-public-key", root + ".pub",
+        ])
+        #expect(created.status == 0, "\(created.stderr)")
+        let purchase = Fixtures.line(["type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1001", at: t), "at": t])
+        #expect(try LedgerBinary.run(["submit", "--trust-decoded", "--store", store, "--keys", keys], stdin: purchase + "\n").status == 0)
+        let zero = String(repeating: "0", count: 64)
+        let runs: [(arguments: [String], status: Int32)] = [
+            (["keygen", "--out", ann], 0),
+            (["enroll", "--staff", "ann", "--roles", "administrator", "--public-key", ann + ".pub", "--admin", "root", "--admin-key", root], 0),
+            (["remove", "--staff", "nobody", "--admin", "root", "--admin-key", root], 1),
+            (["cosign", "--change", zero], 1),
+            (
+                [
+                    "request", "--case", "C-1", "--reason", "lost access", "--original-transaction-id", "1001", "--target-account", "bob",
+                    "--target-auth", "re-auth", "--evidence", "order lookup", "--operator", "root", "--key", root,
+                ], 1
+            ),
+            (["approve", "--case", "C-1", "--plan-digest", zero, "--approver", "root", "--key", root], 1),
+            (["transfer", "--case", "C-1"], 1),
+        ]
+        for (arguments, status) in runs {
+            let result = try LedgerBinary.run(["support"] + arguments + ["--store", store, "--keys", keys])
+            #expect(result.status == status, "\(arguments): \(result.stderr)")
+            #expect(!result.stderr.contains("not an option"), "\(arguments): \(result.stderr)")
+        }
+    }
+
+    /// `init` and `restore` with the key files beside `data.mdb` say so (one line on standard error);
+    /// with a key directory of their own they print nothing there.
+    @Test func keysBesideTheDataAreWarnedAbout() throws {
+        defer { directory.remove() }
+        let configuration = ["--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"]
+        let beside = try LedgerBinary.run(["init", "--store", directory.path("beside").path] + configuration)
+        #expect(beside.status == 0, "\(beside.stderr)")
+        let warning = beside.stderr.split(separator: "\n")
+        #expect(warning.count == 1 && warning[0].hasPrefix("warning: ") && beside.stderr.contains("--keys DIR"), "\(beside.stderr)")
+        #expect(beside.stderr.contains("docs/keys.md"), "\(beside.stderr)")
+        let store = directory.path("store").path
+        let keys = directory.path("keys").path
+        let apart = try LedgerBinary.run(["init", "--store", store, "--keys", keys] + configuration)
+        #expect(apart.status == 0 && apart.stderr.isEmpty, "\(apart.stderr)")
+        let backup = directory.path("backup").path
+        #expect(try LedgerBinary.run(["backup", "--store", store, "--keys", keys, "--out", backup, "--include-keys"]).status == 0)
+        let restoredBeside = try LedgerBinary.run(["restore", "--from", backup, "--to", directory.path("restored").path])
+        #expect(restoredBeside.status == 0, "\(restoredBeside.stderr)")
+        #expect(restoredBeside.stderr.hasPrefix("warning: ") && restoredBeside.stderr.contains("--keys DIR"), "\(restoredBeside.stderr)")
+        let restoredApart = try LedgerBinary.run(["restore", "--from", backup, "--to", directory.path("restored-2").path, "--keys", keys])
+        #expect(restoredApart.status == 0 && restoredApart.stderr.isEmpty, "\(restoredApart.stderr)")
+    }
+
+    /// A key directory others may write to (who could delete or replace the key files) is refused, naming
+    /// it and the fix, like a key file others may read.
+    @Test func aKeyDirectoryOthersMayWriteIsRefused() throws {
+        defer { directory.remove() }
+        let configuration = ["--bundle-id", Fixtures.bundleId, "--environment", "Sandbox"]
+        let store = directory.path("store").path
+        let keys = directory.path("keys").path
+        #expect(try LedgerBinary.run(["init", "--store", store, "--keys", keys] + configuration).status == 0)
+        let open = directory.path("open").path
+        try FileManager.default.createDirectory(atPath: open, withIntermediateDirectories: true)
+        for path in [keys, open, store] { try FileManager.default.setAttributes([.posixPermissions: 0o777], ofItemAtPath: path) }
+        let refused = try LedgerBinary.run(["verify", "--store", store, "--keys", keys])
+        #expect(refused.status == 3, "\(refused.stderr)")
+        #expect(
+            refused.stderr.contains("the key directory \(keys) has mode 777") && refused.stderr.contains("chmod 700 \(keys)"), "\(refused.stderr)")
+        // Nor does a new ledger put its keys into one (its own store directory included).
+        for arguments in [["--store", directory.path("other").path, "--keys", open], ["--store", open]] {
+            let created = try LedgerBinary.run(["init"] + arguments + configuration)
+            #expect(created.status == 3 && created.stderr.contains("chmod 700 \(open)"), "\(created.stderr)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: open).filter { $0.contains(".key") }.isEmpty)
+        }
+        try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: keys)
+        #expect(try LedgerBinary.run(["verify", "--store", store, "--keys", keys]).status == 0)
+    }
+
     @Test func anUpgradeCanKeepTheKeysInTheirOwnDirectory() throws {
         defer { directory.remove() }
         let old = directory.path("old")

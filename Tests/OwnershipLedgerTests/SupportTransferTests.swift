@@ -195,6 +195,28 @@ import Testing
         #expect(again.checks.first { $0.name == "approver-enrolled" }?.passed == false)
     }
 
+    /// An approval is tied to the enrolment it was made under: re-enrolling a removed approver (with the same
+    /// key, the only way to change roles) does not bring their earlier approvals back.
+    @Test func anApprovalDoesNotOutliveTheApproversEnrolment() throws {
+        defer { directory.remove() }
+        try requested()
+        #expect(try ledger.approveReviewed(caseId: "C-1", approver: "adam", key: adam, at: t + 2 * day).accepted)
+        try remove("adam", at: t + 2 * day)
+        let proposal = try ledger.enrollStaff(
+            "adam", roles: .approver, publicKey: adam.publicKey, ownAccountUID: nil, administrator: "root", administratorKey: root, at: t + 2 * day)
+        let enrolled = try ledger.coSignRosterChange(digest: try #require(proposal.changeDigest), administrator: "ann", key: ann, at: t + 2 * day)
+        #expect(enrolled.accepted, "\(enrolled.refusalReason ?? "")")
+        let review = try ledger.reviewTransfer(caseId: "C-1")
+        #expect(review.checks.contains { $0.name == "approval-current-enrolment" && !$0.passed }, "\(review.refusalReason ?? "accepted")")
+        try expectApplyRefused("C-1", check: "approval-current-enrolment")
+        // A new case, approved under the new enrolment, is applied.
+        #expect(try ledger.requestTransfer(input("C-2"), operator: "olivia", key: olivia, at: t + 3 * day).accepted)
+        #expect(try ledger.approveReviewed(caseId: "C-2", approver: "adam", key: adam, at: t + 3 * day).accepted)
+        let applied = try ledger.applyTransfer(caseId: "C-2", staff: "olivia", key: olivia, at: t + 3 * day)
+        #expect(applied.accepted, "\(applied.refusalReason ?? "")")
+        try expectIntact()
+    }
+
     @Test func badOrWrongPlanSignaturesAreRefused() throws {
         defer { directory.remove() }
         let request = try requested()
@@ -796,6 +818,39 @@ import Testing
         for secret in ["dana-uid-7f3a9c-77", "dana-uid-7f3a9c-78", "2000000000008001"] {
             #expect(try !Fixtures.anyFile(in: dir.path("store"), contains: secret), "\(secret) is in the store")
         }
+    }
+
+    /// The ledger's own signing public key is published and signs for nobody: enrolling it as a staff key
+    /// is refused (the bootstrap and a proposal alike), and nothing is appended.
+    @Test func theLedgerSigningKeyIsNeverEnrolledThroughTheBinary() throws {
+        defer { directory.remove() }
+        let dir = TemporaryDirectory("ledger-support-signing-key")
+        defer { dir.remove() }
+        let store = ["--store", dir.path("store").path, "--keys", dir.path("keys").path]
+        let root = dir.path("root.key").path
+        let ann = dir.path("ann.key").path
+        let signing = dir.path("signing.pub").path
+        for key in [root, ann] { #expect(try LedgerBinary.run(["support", "keygen", "--out", key]).status == 0) }
+        let created = try LedgerBinary.run(
+            ["init", "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox", "--admin", "root", "--admin-public-key", root + ".pub"] + store)
+        #expect(created.status == 0, "\(created.stderr)")
+        #expect(try LedgerBinary.run(["signing-key", "--out", signing] + store).status == 0)
+        func enroll(_ staff: String, _ roles: String, _ publicKey: String) throws -> LedgerBinary.Result {
+            try LedgerBinary.run(
+                ["support", "enroll", "--staff", staff, "--roles", roles, "--public-key", publicKey, "--admin", "root", "--admin-key", root]
+                    + store)
+        }
+        func records() throws -> Int? { try LedgerBinary.run(["stats"] + store).json["records"] as? Int }
+        func expectRefused(_ roles: String) throws {
+            let before = try records()
+            let refused = try enroll("ghost", roles, signing)
+            #expect(refused.status == 1, "\(refused.stdout)")
+            #expect(refused.stderr.contains("key-unique: the public key is the ledger's own signing key"), "\(refused.stderr)")
+            #expect(try records() == before)
+        }
+        try expectRefused("administrator")  // the bootstrap
+        #expect(try enroll("ann", "administrator", ann + ".pub").status == 0)
+        try expectRefused("approver")  // with two administrators: not even proposed
     }
 
     // MARK: Case and staff ids
