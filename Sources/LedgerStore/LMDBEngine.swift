@@ -807,13 +807,17 @@ struct LMDBAccess: EngineReader, EngineWriter {
         }
     }
 
-    /// Entries in `identities` (vault entries and sealed UIDs), with the regions' vault changes counted.
-    func vaultEntryCount() throws -> Int {
-        var count = try txn.statistics(db.identities).entries
+    /// Entries in `identities` (vault entries and sealed UIDs), with the regions' new vault entries counted.
+    func vaultEntryCount() throws -> Int { try entryCount(db.identities, prefix: Self.vaultPrefix) { $0.vault.map(\.0) } }
+
+    /// The entries of `dbi`, and the keys `regionKeys` finds in a region that `dbi` does not hold yet
+    /// (under `prefix`).
+    private func entryCount(_ dbi: MDB_dbi, prefix: UInt8, regionKeys: (RecentOverlay) -> [Key128]) throws -> Int {
+        var count = try txn.statistics(dbi).entries
         guard let recent else { return count }
         for region in 0..<Recent.regionCount {
-            for (vaultKey, _) in try recentOverlay(in: recent, region: region).vault
-            where try KeyBuffer(Self.vaultPrefix, vaultKey).with({ try txn.get(db.identities, $0) }) == nil {
+            for key in regionKeys(try recentOverlay(in: recent, region: region))
+            where try KeyBuffer(prefix, key).with({ try txn.get(dbi, $0) }) == nil {
                 count += 1
             }
         }
@@ -832,17 +836,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
     }
 
     /// The `read-models` entries and the lineages whose read model is only in their region yet.
-    func readModelCount() throws -> Int {
-        var count = try txn.statistics(db.readModels).entries
-        guard let recent else { return count }
-        for region in 0..<Recent.regionCount {
-            for (lineage, _) in try recentOverlay(in: recent, region: region).readModels
-            where try KeyBuffer(ReadModel.lineagePrefix, lineage).with({ try txn.get(db.readModels, $0) }) == nil {
-                count += 1
-            }
-        }
-        return count
-    }
+    func readModelCount() throws -> Int { try entryCount(db.readModels, prefix: ReadModel.lineagePrefix) { $0.readModels.map(\.0) } }
 
     /// Each main database's entries and bytes, then the recent-change regions' together (`recent`).
     func statistics() throws -> [(name: String, entries: Int, bytes: Int)] {

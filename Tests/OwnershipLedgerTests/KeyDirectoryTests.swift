@@ -12,14 +12,9 @@ import Testing
     let directory = TemporaryDirectory("ledger-keys")
     let t = Fixtures.start
 
-    /// Every file under `url`, recursively, as one blob per file.
-    func contents(of url: URL) throws -> [Data] {
-        let files = FileManager.default.enumerator(atPath: url.path)?.compactMap { $0 as? String } ?? []
-        return files.compactMap { try? Data(contentsOf: url.appendingPathComponent($0)) }
-    }
-
-    @Test func aStoreWithItsKeysElsewhereWorksThroughEveryCommandGivenTheKeys() throws {
-        defer { directory.remove() }
+    /// `ledger init` of a store in `store` with its key files in `keys` and `root` (key `root.key`) as the
+    /// first administrator: the paths and init's result.
+    func initWithKeysElsewhere() throws -> (store: String, keys: String, root: String, created: LedgerBinary.Result) {
         let store = directory.path("store").path
         let keys = directory.path("keys").path
         let root = directory.path("root.key").path
@@ -29,6 +24,18 @@ import Testing
             "--admin-public-key", root + ".pub",
         ])
         #expect(created.status == 0, "\(created.stderr)")
+        return (store, keys, root, created)
+    }
+
+    /// Every file under `url`, recursively, as one blob per file.
+    func contents(of url: URL) throws -> [Data] {
+        let files = FileManager.default.enumerator(atPath: url.path)?.compactMap { $0 as? String } ?? []
+        return files.compactMap { try? Data(contentsOf: url.appendingPathComponent($0)) }
+    }
+
+    @Test func aStoreWithItsKeysElsewhereWorksThroughEveryCommandGivenTheKeys() throws {
+        defer { directory.remove() }
+        let (store, keys, root, created) = try initWithKeysElsewhere()
         #expect(created.json["keyFile"] as? String == keys + "/ledger.key")
         #expect(created.json["signingKeyFile"] as? String == keys + "/ledger-signing.key")
         for name in ["ledger.key", "ledger-signing.key"] {
@@ -142,16 +149,8 @@ import Testing
     /// Every `support` subcommand takes `--keys DIR`, as every other command does.
     @Test func everySupportSubcommandTakesTheKeyDirectory() throws {
         defer { directory.remove() }
-        let store = directory.path("store").path
-        let keys = directory.path("keys").path
-        let root = directory.path("root.key").path
+        let (store, keys, root, _) = try initWithKeysElsewhere()
         let ann = directory.path("ann.key").path
-        #expect(try LedgerBinary.run(["support", "keygen", "--out", root]).status == 0)
-        let created = try LedgerBinary.run([
-            "init", "--store", store, "--keys", keys, "--bundle-id", Fixtures.bundleId, "--environment", "Sandbox", "--admin", "root",
-            "--admin-public-key", root + ".pub",
-        ])
-        #expect(created.status == 0, "\(created.stderr)")
         let purchase = Fixtures.line(["type": "purchase", "account": "alice", "transaction": Fixtures.transaction("1001", at: t), "at": t])
         #expect(try LedgerBinary.run(["submit", "--trust-decoded", "--store", store, "--keys", keys], stdin: purchase + "\n").status == 0)
         let zero = String(repeating: "0", count: 64)
