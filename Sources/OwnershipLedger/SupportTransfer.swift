@@ -549,8 +549,10 @@ extension Ledger {
 
     /// Throws ``SupportInputError`` naming the first of the request's case id, reason, target
     /// authentication and ownership evidence that contains the target UID, `sourceUID` (the current
-    /// owner's UID, when known) or the original transaction id (case-sensitive; empty identifiers are
-    /// ignored). These fields are kept in clear in the immutable log, where no customer identifier may go.
+    /// owner's UID, when known) or the original transaction id (ignoring case, and spaces, dashes and
+    /// dots between characters; empty identifiers are ignored), a run of ten or more digits (a
+    /// transaction, order or phone number, however spaced) or an email address. These fields are kept
+    /// in clear in the immutable log, where no customer identifier may go.
     static func checkNoCustomerIdentifiers(in input: TransferRequestInput, sourceUID: String?) throws {
         let identifiers = [
             ("the target account's UID", input.targetUID), ("the current owner's account UID", sourceUID ?? ""),
@@ -560,15 +562,51 @@ extension Ledger {
             (.caseId, input.caseId), (.reason, input.reason), (.targetAuthentication, input.targetAuthentication),
             (.ownershipEvidence, input.ownershipEvidence),
         ]
+        let rule =
+            "it would be kept in clear in the immutable log; describe the case without customer identifiers (UIDs, transaction ids, order ids, emails): refer to your ticket"
         for (field, text) in fields {
-            for (name, identifier) in identifiers where !identifier.isEmpty && Self.bytes(of: text, contain: identifier) {
-                throw SupportInputError(
-                    field: field,
-                    problem:
-                        "contains \(name): it would be kept in clear in the immutable log; describe the case without customer identifiers (UIDs, transaction ids)"
-                )
+            let folded = Self.folded(text)
+            for (name, identifier) in identifiers where !identifier.isEmpty {
+                let needle = Self.folded(identifier)
+                if Self.bytes(of: text, contain: identifier) || (!needle.isEmpty && Self.bytes(of: folded, contain: needle)) {
+                    throw SupportInputError(field: field, problem: "contains \(name): \(rule)")
+                }
             }
+            if Self.longestDigitRun(in: folded) >= 10 {
+                throw SupportInputError(
+                    field: field, problem: "contains a number of ten or more digits (a transaction, order or phone number?): \(rule)")
+            }
+            if Self.containsEmailAddress(text) { throw SupportInputError(field: field, problem: "contains an email address: \(rule)") }
         }
+    }
+
+    /// `text` in ASCII lower case without spaces, dashes, dots or underscores, so an identifier written
+    /// in other case or spaced out ("2000 0000 0000 0006", "HANK-2") still matches.
+    static func folded(_ text: String) -> String {
+        String(String.UnicodeScalarView(text.lowercased().unicodeScalars.filter { !" \t-._".unicodeScalars.contains($0) }))
+    }
+
+    /// The longest run of ASCII digits in `text`.
+    static func longestDigitRun(in text: String) -> Int {
+        var longest = 0
+        var run = 0
+        for byte in text.utf8 {
+            run = (0x30...0x39).contains(byte) ? run + 1 : 0
+            longest = max(longest, run)
+        }
+        return longest
+    }
+
+    /// Whether `text` holds something shaped like an email address (`local@domain.tld`).
+    static func containsEmailAddress(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        func isWordByte(_ byte: UInt8) -> Bool { byte > 0x20 && byte != 0x40 && byte != 0x3C && byte != 0x3E && byte != 0x2C }
+        for (index, byte) in bytes.enumerated() where byte == 0x40 {
+            let local = bytes[..<index].reversed().prefix(while: isWordByte)
+            let domain = bytes[(index + 1)...].prefix(while: isWordByte)
+            if !local.isEmpty, let dot = domain.lastIndex(of: 0x2E), dot > domain.startIndex, dot < domain.endIndex - 1 { return true }
+        }
+        return false
     }
 
     /// True when the UTF-8 bytes of `text` contain those of `needle`.

@@ -415,7 +415,7 @@ extension DemoScript {
             caseId: "DEMO-1", reason: "customer deleted the account and signed up again; identity confirmed by support",
             originalTransactionId: c,
             targetUID: "carol2", targetAuthentication: "firebase re-auth + email OTP",
-            ownershipEvidence: "Apple order id MK7Q2X9P looked up in App Store Connect")
+            ownershipEvidence: "Apple order lookup in App Store Connect, reference in ticket 4711")
         let request = try ledger.requestTransfer(input, operator: "olivia", key: olivia, at: t)
         show("olivia (operator) requests the transfer to carol2", request)
         console.out("      plan digest \(request.planDigest?.hex ?? "-"), source \(request.plan.map { "\($0.source)" } ?? "-")")

@@ -749,6 +749,19 @@ import Testing
                 }
             }
         }
+        // Written in another case or spaced out, a long number of any kind, an email address.
+        let disguised = ["BOB", "Al-ice", "1 0 0 1", "order 2000 0000 0000 0066", "txn 2000000000000066", "mail hank@example.com"]
+        for text in disguised {
+            var request = input("C-1")
+            request.reason = "customer says \(text) today"
+            do {
+                _ = try ledger.requestTransfer(request, operator: "olivia", key: olivia, at: t + day)
+                Issue.record("a reason holding \(text) was accepted")
+            } catch let error as SupportInputError {
+                #expect(error.field == .reason)
+                #expect(error.description.contains("customer identifiers"), "\(error)")
+            }
+        }
         #expect(try head() == before)
         // The transaction was aborted: not even the target's pseudonym was kept.
         #expect(try ledger.pseudonym(ofUID: "bob") == nil)
