@@ -36,6 +36,9 @@ public final class LMDBEngine: LedgerEngine, @unchecked Sendable {
     let regionDatabases: [MDB_dbi]?
     /// The writer's view of the regions between its transactions.
     private let cache = RecentCache()
+    /// Runs after each write transaction of a format-3 store, before the writer's cache is marked
+    /// (tests: another process commits in that instant).
+    var afterWriteForTesting: (() -> Void)?
 
     /// The handles of the named databases.
     struct Databases {
@@ -103,7 +106,9 @@ public final class LMDBEngine: LedgerEngine, @unchecked Sendable {
     }
 
     /// Runs `body` in a write transaction, with the writer's cache of the regions checked first
-    /// (reloaded when another process, or an aborted transaction, changed the regions since).
+    /// (reloaded when another process, or an aborted transaction, changed the regions since). After
+    /// the commit the cache is known to hold transaction `id`'s state only when it wrote: a transaction
+    /// that writes nothing is not committed, and another process's next commit takes its id.
     private func writing<T>(deferringMetaSync: Bool, _ body: (LMDBAccess) throws -> T) throws -> T {
         guard let regionDatabases else {
             return try environment.write(deferringMetaSync: deferringMetaSync) { txn in try body(LMDBAccess(txn: txn, db: databases, recent: nil)) }
@@ -119,14 +124,17 @@ public final class LMDBEngine: LedgerEngine, @unchecked Sendable {
                 let access = LMDBAccess(txn: txn, db: databases, recent: regions)
                 if cache.transaction != id - 1 { try access.reload(cache, in: regions) }
                 cache.transaction = nil  // until this transaction is committed
+                cache.wrote = false
                 return try body(access)
             }
         } catch {
             cache.transaction = nil
             throw error
         }
-        // Committed, or (nothing written) not: the last transaction is then the one before.
-        cache.transaction = min(environment.lastTransaction, id)
+        afterWriteForTesting?()
+        // Committed as `id` when it changed the regions; else it may not have been committed at all,
+        // and its state (the regions unchanged) is the one before it.
+        cache.transaction = cache.wrote ? id : id - 1
         return result
     }
 

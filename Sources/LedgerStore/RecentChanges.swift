@@ -85,6 +85,8 @@ final class RecentCache: @unchecked Sendable {
     var regions = [Region](repeating: Region(), count: Recent.regionCount)
     /// The LMDB transaction the cache reflects; nil when unknown.
     var transaction: UInt64?
+    /// Whether the current write transaction changed the regions (so it is committed as its own id).
+    var wrote = false
     /// Held for the whole of a write transaction and the cache's update after it.
     let lock = NSLock()
 
@@ -113,8 +115,11 @@ extension LMDBAccess {
         defer { cursor.close() }
         var entry = try cursor.get(MDB_FIRST)
         while let (key, value) = entry {
-            guard key.count == 8, value.count >= 17, let kind = RecentKind(rawValue: value[0]) else {
-                throw corrupt("an entry of \(Recent.names[region]) of \(key.count) and \(value.count) bytes")
+            guard key.count == 8, value.count >= 17 else {
+                throw corrupt("an entry of \(Recent.names[region]) of \(key.count) and \(value.count) bytes: restore the store from a backup")
+            }
+            guard let kind = RecentKind(rawValue: value[0]) else {
+                throw corrupt("an entry of \(Recent.names[region]) of unknown kind \(value[0]): restore the store from a backup")
             }
             let payload = UnsafeRawBufferPointer(rebasing: value[17...])
             let valid: Bool
@@ -180,6 +185,7 @@ extension LMDBAccess {
         }
         for serial in serials { try KeyBuffer(serial).with { _ = try txn.delete(regions.databases[region], $0) } }
         regions.cache?.regions[region].vault[vaultKey] = nil
+        regions.cache?.wrote = true
     }
 
     /// Region `region`'s changes as the main trees would hold them, each list in key order: every
@@ -231,9 +237,15 @@ extension LMDBAccess {
             value.append(change.kind.rawValue)
             change.key.withBytes { value.append(contentsOf: $0) }
             value.append(contentsOf: change.payload)
-            try KeyBuffer(serial).with { k in
-                try value.withUnsafeBytes { v in _ = try txn.put(regions.databases[region], k, v, flags: MDB_APPEND) }
+            let appended = try KeyBuffer(serial).with { k in
+                try value.withUnsafeBytes { v in try txn.put(regions.databases[region], k, v, flags: MDB_APPEND) }
             }
+            guard appended else {
+                throw corrupt(
+                    "the recent-change position in meta (serial \(serial)) is behind the entries of \(Recent.names[region]): nothing was written; restore the store from a backup"
+                )
+            }
+            regions.cache?.wrote = true
             if let cache = regions.cache {
                 change.payload.withUnsafeBytes { cache.note(serial, change.kind, change.key, $0) }
             }
@@ -261,6 +273,7 @@ extension LMDBAccess {
         }
         try txn.clear(regions.databases[region])
         regions.cache?.regions[region] = RecentCache.Region()
+        regions.cache?.wrote = true
     }
 
     /// Merges every region that holds changes (before a write that goes straight into the main trees).
@@ -272,10 +285,21 @@ extension LMDBAccess {
     }
 
     /// Fills `cache` from the regions (a writer's first transaction, or after another process wrote).
+    /// Fills `cache` from the regions (a writer's first transaction, or after another process wrote),
+    /// checking that the store's next serial is past every entry's.
     func reload(_ cache: RecentCache, in regions: RecentRegions) throws {
         cache.regions = [RecentCache.Region](repeating: RecentCache.Region(), count: Recent.regionCount)
+        var last: UInt64 = 0
         for region in 0..<Recent.regionCount {
-            try forEachRecent(in: regions, region: region) { serial, kind, key, payload in cache.note(serial, kind, key, payload) }
+            try forEachRecent(in: regions, region: region) { serial, kind, key, payload in
+                cache.note(serial, kind, key, payload)
+                last = Swift.max(last, serial)
+            }
+        }
+        let next = try recentPosition().serial
+        guard next > last else {
+            throw corrupt(
+                "the recent-change position in meta (serial \(next)) is not past the regions' last entry (\(last)): restore the store from a backup")
         }
     }
 

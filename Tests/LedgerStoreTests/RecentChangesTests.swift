@@ -74,6 +74,61 @@ import Testing
         #expect(try ledger.store.replay().isIntact)
     }
 
+    /// A retry decides nothing new, so its write transaction commits nothing and LMDB gives its id to
+    /// the next commit, another process's: the writer must not take that commit for its own.
+    @Test func aWriteThatCommitsNothingLeavesNoStaleViewBehind() throws {
+        defer { directory.remove() }
+        let ledger = try newLedger()
+        try submit(ledger, .purchase, uid: "uid-recent-a", "5000")
+        let engine = try ledger.store.lmdbEngine
+        let line = Fixtures.line([
+            "id": "b1", "type": "purchase", "account": "uid-recent-b", "transaction": Fixtures.transaction("5001", at: t), "at": t,
+        ])
+        var other: LedgerBinary.Result?
+        engine.afterWriteForTesting = { [storeURL] in
+            guard other == nil else { return }
+            other = try? LedgerBinary.run(["submit", "--trust-decoded", "--store", storeURL.path], stdin: line + "\n")
+        }
+        let retry = try submit(ledger, .purchase, uid: "uid-recent-a", "5000")
+        engine.afterWriteForTesting = nil
+        #expect(retry.duplicate)
+        #expect(other?.status == 0 && other?.stdout.contains("\"granted\"") == true, "\(other?.stderr ?? "not run")")
+
+        let taken = try submit(ledger, .purchase, uid: "uid-recent-c", "5001", at: t + 60_000)
+        #expect(taken.reason.outcome == .denied, "\(taken)")
+        #expect(try ledger.binding(originalTransactionId: "5001").uid == "uid-recent-b")
+        #expect(try ledger.store.replay().isIntact)
+    }
+
+    /// A damaged next serial in `meta` would make the regions refuse appends: the write fails as a
+    /// damaged store and writes nothing, in this process (appending) and in a new one (loading the regions).
+    @Test func aRecentPositionBehindTheRegionsIsDamageNotALostWrite() throws {
+        defer { directory.remove() }
+        let before: UInt64
+        do {
+            let ledger = try newLedger()
+            try submit(ledger, .purchase, uid: "uid-recent-a", "5000")
+            try ledger.store.lmdbEngine.withWriteAccess { access in
+                let next = try access.recentPosition().next
+                try access.putRecentPosition(serial: 1, next: next)
+            }
+            before = try ledger.store.head().sequence
+            #expect {
+                try submit(ledger, .purchase, uid: "uid-recent-b", "5001")
+            } throws: { error in
+                "\(error)".contains("recent-change position")
+            }
+            #expect(try ledger.store.head().sequence == before)
+        }
+        let line = Fixtures.line([
+            "id": "c1", "type": "purchase", "account": "uid-recent-c", "transaction": Fixtures.transaction("5002", at: t), "at": t,
+        ])
+        let other = try LedgerBinary.run(["submit", "--trust-decoded", "--store", storeURL.path], stdin: line + "\n")
+        #expect(other.status != 0 || !other.stdout.contains("\"granted\""), "\(other.stdout)")
+        #expect(other.stderr.contains("recent-change position") || other.stdout.contains("recent-change position"), "\(other.stderr)")
+        #expect(try LedgerStore(opening: storeURL).head().sequence == before)
+    }
+
     /// More commits than regions: every region is merged at least once, answers and the replay's
     /// checks (indexes and read models against the records) stay the same, and a write that goes
     /// straight into the main trees (a repair's) merges every region first.
