@@ -45,7 +45,8 @@ public final class HTTPServer: Sendable {
         /// The whole body must arrive within this many seconds of the headers; a slower client is
         /// disconnected.
         public var bodyTimeoutSeconds: Double
-        /// Told of every connection the server itself closes before an answer (for metrics).
+        /// Told of every connection the server itself closes before an answer (for metrics), before
+        /// the client can see it closed; called with the server's connection table locked (keep it short).
         public var onConnectionRefused: (@Sendable (ConnectionRefusal) -> Void)?
 
         public init(
@@ -417,8 +418,6 @@ final class ServerCore: @unchecked Sendable {
     func enforceHeaderDeadline() {
         let now = DispatchTime.now().uptimeNanoseconds
         let limit = UInt64(max(0.001, configuration.headerTimeoutSeconds) * 1e9)
-        var cuts = 0
-        defer { for _ in 0..<cuts { configuration.onConnectionRefused?(.headerDeadline) } }
         connectionLock.withLock {
             for (key, open) in connections where !open.cut {
                 var updated = open
@@ -431,9 +430,10 @@ final class ServerCore: @unchecked Sendable {
                     updated.awaitingHeadersSince = now &- UInt64(quiet) * 1_000_000
                 }
                 if let since = updated.awaitingHeadersSince, now &- since > limit {
+                    // Reported before the shutdown: a client that sees its connection closed finds it counted.
+                    configuration.onConnectionRefused?(.headerDeadline)
                     _ = shutdown(open.socket, Int32(SHUT_RDWR))
                     updated.cut = true
-                    cuts += 1
                 }
                 connections[key] = updated
             }
