@@ -534,7 +534,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
     func forEachEntry(of index: EngineIndex, _ body: (IndexEntry) throws -> Bool) throws {
         if index == .lineages, let recent {
             try forEachWithRecent(
-                db.lineages, prefix: [], from: [], duplicates: true, regions: recent,
+                db.lineages, prefix: [], from: [], duplicates: true,
                 overlay: { region in try recentOverlay(in: recent, region: region).lineageEntries.map { ($0.0, $0.1.bytes) } }
             ) { key, value in try body(Self.entry(index, key: key, value: value)) }
             return
@@ -727,7 +727,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
         var dictionary: StoredRecordDictionary?
         if let recent {
             try forEachWithRecent(
-                db.readModels, prefix: [ReadModel.lineagePrefix], from: start, duplicates: false, regions: recent,
+                db.readModels, prefix: [ReadModel.lineagePrefix], from: start, duplicates: false,
                 overlay: { region in try recentOverlay(in: recent, region: region).readModels.map { ($0.0, $0.1) } }
             ) { key, stored in try withCanonicalReadModel(key: key, stored: stored, scratch: &scratch, dictionary: &dictionary, { try body(key, $0) })
             }
@@ -776,7 +776,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
     func forEachVaultEntry(_ body: (Key128, VaultEntry) throws -> Bool) throws {
         if let recent {
             try forEachWithRecent(
-                db.identities, prefix: [Self.vaultPrefix], from: [Self.vaultPrefix], duplicates: false, regions: recent,
+                db.identities, prefix: [Self.vaultPrefix], from: [Self.vaultPrefix], duplicates: false,
                 overlay: { region in try recentOverlay(in: recent, region: region).vault.map { ($0.0, $0.1.bytes) } }
             ) { key, value in
                 guard key.first == Self.vaultPrefix else { return false }

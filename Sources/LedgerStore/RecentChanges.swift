@@ -388,8 +388,8 @@ extension LMDBAccess {
     /// Visits the entries of `dbi` from `start` (empty: the first) in key order, with every region's
     /// changes to the keys `prefix` ‖ 16 bytes merged in (`overlay(region)` lists them).
     func forEachWithRecent(
-        _ dbi: MDB_dbi, prefix: [UInt8], from start: [UInt8], duplicates: Bool, regions: RecentRegions,
-        overlay: (Int) throws -> [(Key128, [UInt8]?)], _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool
+        _ dbi: MDB_dbi, prefix: [UInt8], from start: [UInt8], duplicates: Bool, overlay: (Int) throws -> [(Key128, [UInt8]?)],
+        _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool
     ) throws {
         let rangeStart = prefix + [0]
         var rangeEnd = prefix
