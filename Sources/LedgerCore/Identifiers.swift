@@ -85,6 +85,19 @@ public struct Key128: Hashable, Comparable, Sendable, CustomStringConvertible {
 
     public static func < (lhs: Self, rhs: Self) -> Bool { (lhs.high, lhs.low) < (rhs.high, rhs.low) }
 
+    public func hash(into hasher: inout Hasher) { hasher.combine(_rawHashValue(seed: 0)) }
+
+    /// A multiply-xorshift mix of both words and the table's seed, instead of SipHash: the writer
+    /// hashes keys in its dictionaries millions of times a minute. Safe from flooding because no
+    /// caller chooses a key: each is a keyed hash (HMAC with the ledger's key), a digest, or a
+    /// pseudonym whose last ten bytes are random; and Swift seeds each table per process.
+    public func _rawHashValue(seed: Int) -> Int {
+        var mixed = (high ^ UInt64(UInt(bitPattern: seed))) &* 0x9E37_79B9_7F4A_7C15
+        mixed ^= low &+ (mixed >> 29)
+        mixed = (mixed ^ (mixed >> 32)) &* 0xD6E8_FEB8_6659_FD93
+        return Int(truncatingIfNeeded: mixed ^ (mixed >> 32))
+    }
+
     /// The 16 bytes.
     public var bytes: [UInt8] { withBytes { Array($0) } }
 
@@ -107,6 +120,8 @@ public struct Key128: Hashable, Comparable, Sendable, CustomStringConvertible {
 public struct LineageKey: Hashable, Comparable, Sendable, CustomStringConvertible {
     public let key: Key128
     public init(_ key: Key128) { self.key = key }
+    public func hash(into hasher: inout Hasher) { key.hash(into: &hasher) }
+    public func _rawHashValue(seed: Int) -> Int { key._rawHashValue(seed: seed) }
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.key < rhs.key }
     public var bytes: [UInt8] { key.bytes }
     public var description: String { key.hex }
@@ -118,6 +133,8 @@ public struct LineageKey: Hashable, Comparable, Sendable, CustomStringConvertibl
 public struct AccountID: Hashable, Comparable, Sendable, CustomStringConvertible {
     public let key: Key128
     public init(_ key: Key128) { self.key = key }
+    public func hash(into hasher: inout Hasher) { key.hash(into: &hasher) }
+    public func _rawHashValue(seed: Int) -> Int { key._rawHashValue(seed: seed) }
     /// Wraps `bytes`; nil unless there are exactly 16.
     public init?(_ bytes: [UInt8]) {
         guard let key = Key128(bytes) else { return nil }
