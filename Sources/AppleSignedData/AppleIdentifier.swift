@@ -24,7 +24,11 @@ public enum AppleIdentifier: String, Sendable, CaseIterable {
 
     /// True when `value` follows the rule.
     public func accepts(_ value: String) -> Bool {
-        let bytes = value.utf8
+        // Every line names three identifiers: read a native string's bytes in place.
+        value.utf8.withContiguousStorageIfAvailable { accepts($0) } ?? accepts(Array(value.utf8))
+    }
+
+    private func accepts(_ bytes: some Collection<UInt8>) -> Bool {
         switch self {
         case .originalTransactionId, .transactionId:
             guard (1...20).contains(bytes.count), bytes.count == 1 || bytes.first != 0x30 else { return false }

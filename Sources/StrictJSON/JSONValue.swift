@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+    import Glibc
+#else
+    import Darwin
+#endif
+
 /// A JSON value as ``JSONReader`` reads it and ``JSONWriter`` renders it.
 ///
 /// Numbers keep the distinction that matters to the ledger: a number written as a plain integer
@@ -110,16 +116,29 @@ public enum JSONBytes {
     /// True when `a` and `b` are the same UTF-8 bytes.
     public static func equal(_ a: String, _ b: String) -> Bool {
         // Most keys compared differ in length: tell them apart without touching their bytes.
-        // Same bytes are always equal `String`s, so `String` inequality (fast for short ASCII
-        // strings) rules most of the rest out; equal ones may still differ in bytes (K and KELVIN SIGN).
-        guard a.utf8.count == b.utf8.count, a == b else { return false }
+        guard a.utf8.count == b.utf8.count else { return false }
+        // Native strings (every string read or written here) lend their UTF-8 at once.
         let fast = a.utf8.withContiguousStorageIfAvailable { left in
-            b.utf8.withContiguousStorageIfAvailable { right in left.elementsEqual(right) }
+            b.utf8.withContiguousStorageIfAvailable { right in
+                guard let l = left.baseAddress, let r = right.baseAddress else { return true }  // both empty
+                return memcmp(l, r, left.count) == 0
+            }
         }
         if let fast, let result = fast { return result }
         return a.utf8.elementsEqual(b.utf8)
     }
 
     /// UTF-8 byte order (which is also Unicode code point order).
-    public static func less(_ a: String, _ b: String) -> Bool { a.utf8.lexicographicallyPrecedes(b.utf8) }
+    public static func less(_ a: String, _ b: String) -> Bool {
+        let fast = a.utf8.withContiguousStorageIfAvailable { left in
+            b.utf8.withContiguousStorageIfAvailable { right in
+                let common = min(left.count, right.count)
+                guard common > 0, let l = left.baseAddress, let r = right.baseAddress else { return left.count < right.count }
+                let order = memcmp(l, r, common)
+                return order != 0 ? order < 0 : left.count < right.count
+            }
+        }
+        if let fast, let result = fast { return result }
+        return a.utf8.lexicographicallyPrecedes(b.utf8)
+    }
 }

@@ -53,6 +53,20 @@ import Testing
         #expect(members["\u{212A}"] == 2)
     }
 
+    @Test func keyComparisonsAreByteComparisons() {
+        // Empty, small (inline) and long (heap) strings, prefixes, non-ASCII and canonical equivalents.
+        let words = [
+            "", "a", "b", "ab", "abc", "abd", "K", "\u{212A}", "\u{00C5}", "\u{212B}", "A\u{30A}", "\u{E9}", "e\u{301}", "z\u{0}",
+            "originalTransactionId", "originalTransactionIds", "originalTransactionIc", "\u{1F600}x", "\u{FFFF}",
+        ]
+        for a in words {
+            for b in words {
+                #expect(JSONBytes.equal(a, b) == (Array(a.utf8) == Array(b.utf8)), "equal(\(a.debugDescription), \(b.debugDescription))")
+                #expect(JSONBytes.less(a, b) == a.utf8.lexicographicallyPrecedes(b.utf8), "less(\(a.debugDescription), \(b.debugDescription))")
+            }
+        }
+    }
+
     @Test func plainIntegersAreExactAndEverythingElseIsANumber() throws {
         #expect(try parse("9223372036854775807") == .integer(.max))
         #expect(try parse("-9223372036854775808") == .integer(.min))
