@@ -65,9 +65,6 @@ public final class GroupCommitter: @unchecked Sendable {
     /// The writer is waiting ``gatherSeconds`` for more requests: only a full group wakes it early.
     private var gathering = false
     private let finished = DispatchSemaphore(value: 0)
-    /// What the writer is done with (its requests, each commit's working state), released by the
-    /// producers, which have time to spare, instead of the writer, which has none.
-    private let released = ReleaseLater()
 
     /// Starts the writer thread. `onCommit` runs on it after each commit (keep it short).
     public init(
@@ -98,7 +95,6 @@ public final class GroupCommitter: @unchecked Sendable {
     /// - Throws: ``Refusal/full`` when the queue has no room for its submissions (an empty queue
     ///   takes any request) and the caller does not wait, ``Refusal/closed`` after ``close()``.
     public func enqueue(_ groups: Groups, waitingForRoom: Bool = false, completion: @escaping Completion) throws(Refusal) {
-        released.releaseAll()
         let size = groups.reduce(0) { $0 + $1.submissions.count }
         // Validating and keying need no store: done here, on the producer's thread, not the writer's.
         let prepared = groups.map { group in Result { try ledger.prepare(group) } }
@@ -124,7 +120,6 @@ public final class GroupCommitter: @unchecked Sendable {
         }
         finished.wait()
         finished.signal()  // for the next caller
-        released.releaseAll()
     }
 
     /// Requests decided by one commit, with what became of their groups (in order).
@@ -136,19 +131,18 @@ public final class GroupCommitter: @unchecked Sendable {
         var held: [(decided: Decided, group: UInt64)] = []
         while let requests = nextRequests() {
             let started = DispatchTime.now()
-            let results = ledger.submit(isolating: requests.flatMap(\.groups), deferringSync: deferringSync, releasing: released)
+            let results = ledger.submit(isolating: requests.flatMap(\.groups), deferringSync: deferringSync)
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
             onCommit?(Commit(submissions: requests.reduce(0) { $0 + $1.size }, requests: requests.count, seconds: seconds))
             guard deferringSync, let durability = ledger.store.durability else {
                 complete((requests, results))
-                released.keep(requests)
                 condition.withLock { committing = 0 }
                 continue
             }
             held.append(((requests, results), durability.committed))
             while let first = held.first, first.group <= durability.durable {
                 complete(first.decided)
-                released.keep(held.removeFirst())
+                held.removeFirst()
             }
             // Sync now when nothing is queued (no next commit is coming to cover these), or when this
             // commit covered nothing (it wrote nothing, or failed): never hold an answer for longer.
@@ -174,7 +168,6 @@ public final class GroupCommitter: @unchecked Sendable {
         do {
             try ledger.store.sync()
             for entry in held { complete(entry.decided) }
-            released.keep(held)
         } catch {
             let failure = SyncFailure(description: "the commit could not be made durable (\(error)); it may not survive a crash: send it again")
             for entry in held { complete((entry.decided.requests, entry.decided.results.map { _ in .failure(failure) })) }
@@ -228,15 +221,12 @@ extension Ledger {
 
     /// ``submit(isolating:)`` of groups already prepared; a group that could not be prepared keeps its
     /// error. With `deferringSync`, the commits may return before they are durable (``GroupCommitter/deferringSync``).
-    /// With `releasing`, what the commit worked with is left to it to release (``ReleaseLater``).
-    func submit(
-        isolating groups: [Result<PreparedGroup, any Error>], deferringSync: Bool = false, releasing: ReleaseLater? = nil
-    ) -> [Result<[Decision], any Error>] {
+    func submit(isolating groups: [Result<PreparedGroup, any Error>], deferringSync: Bool = false) -> [Result<[Decision], any Error>] {
         let ready = groups.compactMap { try? $0.get() }
         var decided: [Result<[Decision], any Error>] = []
         if !ready.isEmpty {
             do {
-                decided = try submit(prepared: ready, deferringSync: deferringSync, releasing: releasing).map { .success($0) }
+                decided = try submit(prepared: ready, deferringSync: deferringSync).map { .success($0) }
             } catch {
                 decided =
                     ready.count > 1
@@ -247,23 +237,5 @@ extension Ledger {
         return groups.map { group in
             group.flatMap { _ in next.next() ?? .failure(SubmissionError("the group was not decided", code: "internal")) }
         }
-    }
-}
-
-/// Values whose release is left to another thread. Releasing a commit's working state (its tables
-/// and every prepared submission: hundreds of thousands of small allocations a second) took the
-/// single writer of a busy store ~7% of its time; whoever calls ``releaseAll()`` pays it instead.
-final class ReleaseLater: @unchecked Sendable {
-    private let lock = NSLock()
-    private var values: [Any] = []
-
-    /// Keeps `value` until the next ``releaseAll()``.
-    func keep(_ value: Any) { lock.withLock { values.append(value) } }
-
-    /// Releases everything kept so far, on the calling thread (outside the lock).
-    func releaseAll() {
-        var taken: [Any] = []
-        lock.withLock { swap(&taken, &values) }
-        _ = consume taken
     }
 }

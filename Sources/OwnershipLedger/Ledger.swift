@@ -117,8 +117,7 @@ public final class Ledger: @unchecked Sendable {
 
     /// Group commit of prepared groups (``submit(groups:)``); with `deferringSync`, the commit may
     /// return before it is durable (``LedgerStore/writeDeferringSync(_:)``).
-    /// With `releasing`, the group's working state is left to it to release (``ReleaseLater``).
-    func submit(prepared groups: [PreparedGroup], deferringSync: Bool = false, releasing: ReleaseLater? = nil) throws -> [[Decision]] {
+    func submit(prepared groups: [PreparedGroup], deferringSync: Bool = false) throws -> [[Decision]] {
         func body(reader: any EngineReader, writer: any EngineWriter) throws -> [[Decision]] {
             // The keys of every submission, gathered without copying the submissions themselves.
             // (Every submission with a UID carries its vault key: ``prepare(_:at:)`` computes it.)
@@ -155,9 +154,7 @@ public final class Ledger: @unchecked Sendable {
                     return try submissions.indices.map { try decide(first + $0, in: &group) }
                 }
             }
-            let batch = group.batch()
-            try writer.apply(batch)
-            releasing?.keep((group, batch))
+            try writer.apply(group.batch())
             return decisions
         }
         return try deferringSync ? store.writeDeferringSync(body) : store.write(body)
