@@ -20,10 +20,8 @@ struct SubmitCommand: Subcommand {
     static let options: Set<String> = []
     static let flags: Set<String> = ["trust-decoded", "sequential"]
 
-    /// The most lines read and verified at once, and so the largest commit of a stream. Every commit
-    /// costs a sync and writes the recent-change regions' pages whatever its size: 2,000 lines a commit
-    /// made a 1M-line submit ~10% faster than 1,000, and keeps ~7 bytes per line more free pages at
-    /// rest (docs/benchmarks.md).
+    /// The most lines read and verified at once, and so the largest commit of a stream. 2,000 was
+    /// measured no faster at 1M lines, with twice the memory (docs/benchmarks.md, "Session 29").
     static let batchLines = 1_000
     /// Batches decided and waiting for their answers to be written: with the committer's queue (one
     /// batch waiting while one commits), what bounds the memory of a pipelined submit whatever the
