@@ -1,7 +1,7 @@
 # Set-up and everyday commands. `make demo` and `make test` are the README's two commands.
 SWIFT ?= swift
 
-.PHONY: deps build demo test bench bench-history bench-binds bench-format1 bench-submit bench-serve bench-postgres format lint fuzz soak coverage
+.PHONY: deps build demo test bench bench-history bench-binds bench-format1 bench-submit bench-tenths bench-serve bench-postgres format lint fuzz soak coverage
 
 deps:
 	@{ pkg-config --exists lmdb libcrypto libmicrohttpd libpq && command -v curl && command -v python3 && test -x "$$(pg_config --bindir)/initdb"; } >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev libmicrohttpd-dev libpq-dev postgresql pkg-config curl python3; }
@@ -66,6 +66,14 @@ bench-submit: build
 	/usr/bin/time -o .build/bench/time-signed -f '%e %M' .build/release/ledger submit \
 	    --store .build/bench/submit-signed < .build/bench/signed-$(SIGNED_LINES).jsonl > .build/bench/answers-signed.jsonl
 	awk '{ printf "submit (signed JWS, test PKI): $(SIGNED_LINES) lines in %s s: %.0f lines/s, peak %.1f MiB\n", $$1, $(SIGNED_LINES) / $$1, $$2 / 1024 }' .build/bench/time-signed
+
+# Issue 9's slope through the binary, paired against the machine's drift (docs/benchmarks.md): the
+# first tenth of SUBMIT_LINES into a fresh store, the last into a copy of the first nine tenths, ROUNDS times.
+ROUNDS ?= 5
+bench-tenths: build
+	mkdir -p .build/bench
+	test -s .build/bench/lines-$(SUBMIT_LINES).jsonl || python3 $(GEN_HISTORY) $(SUBMIT_LINES) > .build/bench/lines-$(SUBMIT_LINES).jsonl
+	bash Tests/Benchmarks/tenths.sh .build/release/ledger .build/bench/lines-$(SUBMIT_LINES).jsonl $(ROUNDS) .build/bench/tenths
 
 # `ledger serve` under 64 keep-alive clients (docs/benchmarks.md); BENCH_ARGS adds options, e.g.
 # BENCH_ARGS="--route submit --batch 50 --requests 400" for NDJSON batches.
