@@ -36,7 +36,8 @@ struct JSONFields {
 
     /// The value of `key`, nil when absent or null.
     func value(_ key: String) -> JSONValue? {
-        guard let value = members[key], value != .null else { return nil }
+        guard let value = members[key] else { return nil }
+        if case .null = value { return nil }
         return value
     }
 

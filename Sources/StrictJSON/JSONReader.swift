@@ -116,13 +116,19 @@ private struct Parser {
         var seen: Set<KeyBytes>?
         skipWhitespace()
         if close(UInt8(ascii: "}")) { return JSONMembers(unique: pairs) }
+        // Room for the protocol's objects (a line, a transaction) at once, not grown one member at a time.
+        pairs.reserveCapacity(16)
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw unexpected("where a key was expected") }
             let keyOffset = index
             let key = try parseString()
             if pairs.count < 16 {
-                if pairs.contains(where: { JSONBytes.equal($0.key, key) }) { throw duplicate(key, at: keyOffset) }
+                // Through the buffer: the keys are compared in place, no member copied.
+                let repeated = pairs.withUnsafeBufferPointer { members in
+                    members.indices.contains { JSONBytes.equal(members[$0].key, key) }
+                }
+                if repeated { throw duplicate(key, at: keyOffset) }
             } else {
                 if seen == nil { seen = Set(pairs.map { KeyBytes($0.key) }) }
                 guard seen?.insert(KeyBytes(key)).inserted == true else { throw duplicate(key, at: keyOffset) }

@@ -90,11 +90,15 @@ public struct JSONMembers: Sendable, Equatable, ExpressibleByDictionaryLiteral {
     /// The value of `key` (compared byte for byte); setting nil removes the member.
     public subscript(key: String) -> JSONValue? {
         get {
-            for pair in pairs where JSONBytes.equal(pair.key, key) { return pair.value }
-            return nil
+            // Through the buffer: only the matching member's value is copied (a `for pair in pairs`
+            // loop copies, retains and releases every member it passes).
+            pairs.withUnsafeBufferPointer { members in
+                for index in members.indices where JSONBytes.equal(members[index].key, key) { return members[index].value }
+                return nil
+            }
         }
         set {
-            let index = pairs.firstIndex { JSONBytes.equal($0.key, key) }
+            let index = pairs.withUnsafeBufferPointer { members in members.indices.first { JSONBytes.equal(members[$0].key, key) } }
             switch (index, newValue) {
             case (let index?, let value?): pairs[index].value = value
             case (let index?, nil): pairs.remove(at: index)

@@ -39,14 +39,39 @@ public enum JSONWriter {
             output.append(UInt8(ascii: "]"))
         case .object(let members):
             output.append(UInt8(ascii: "{"))
-            for (index, pair) in members.pairs.sorted(by: { JSONBytes.less($0.key, $1.key) }).enumerated() {
-                if index > 0 { output.append(UInt8(ascii: ",")) }
-                writeString(pair.key, into: &output)
-                output.append(UInt8(ascii: ":"))
-                write(pair.value, into: &output)
+            members.pairs.withUnsafeBufferPointer { pairs in
+                withUnsafeTemporaryAllocation(of: Int.self, capacity: pairs.count) { order in
+                    sortedOrder(of: pairs, into: order)
+                    for (index, member) in order.enumerated() {
+                        if index > 0 { output.append(UInt8(ascii: ",")) }
+                        writeString(pairs[member].key, into: &output)
+                        output.append(UInt8(ascii: ":"))
+                        write(pairs[member].value, into: &output)
+                    }
+                }
             }
             output.append(UInt8(ascii: "}"))
         }
+    }
+
+    /// Fills `order` with the indices of `pairs` in key order (``JSONBytes/less(_:_:)``), comparing the
+    /// keys in place: no member is copied. An insertion sort for the few keys of an answer, a sort of
+    /// the indices beyond that.
+    static func sortedOrder(of pairs: UnsafeBufferPointer<(key: String, value: JSONValue)>, into order: UnsafeMutableBufferPointer<Int>) {
+        guard pairs.count > 16 else {
+            for member in pairs.indices {
+                var slot = member
+                while slot > 0, JSONBytes.less(pairs[member].key, pairs[order[slot - 1]].key) {
+                    order[slot] = order[slot - 1]
+                    slot -= 1
+                }
+                order[slot] = member
+            }
+            return
+        }
+        var order = order
+        for member in pairs.indices { order[member] = member }
+        order.sort { JSONBytes.less(pairs[$0].key, pairs[$1].key) }
     }
 
     static func append(_ text: StaticString, to output: inout [UInt8]) {

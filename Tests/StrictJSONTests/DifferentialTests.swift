@@ -133,6 +133,24 @@ import Testing
         #expect(JSONWriter.string(value) == #"{"A":6,"B":2,"_":8,"a":5,"a10":3,"a9":4,"b":1,"é":7}"#)
     }
 
+    @Test func objectsOfAnySizePrintInKeyOrder() throws {
+        // Up to 16 members the writer orders keys by insertion, beyond that by sorting: both against
+        // Foundation, with members added in random order.
+        var generator = Generator(rng: SeededGenerator(state: 0x1500_0003))
+        for size in [0, 1, 2, 3, 15, 16, 17, 18, 40, 300] {
+            var keys = Set<String>()
+            while keys.count < size { keys.insert(generator.string(Int.random(in: 1..<8, using: &generator.rng), from: Generator.keyAlphabet)) }
+            var members = JSONMembers()
+            for (index, key) in keys.shuffled(using: &generator.rng).enumerated() { members[key] = .integer(Int64(index)) }
+            let rendered = JSONWriter.render(.object(members))
+            let foundation = try JSONSerialization.data(
+                withJSONObject: try JSONSerialization.jsonObject(with: Data(rendered)), options: [.sortedKeys, .withoutEscapingSlashes])
+            #expect(rendered == [UInt8](foundation), "\(size) members")
+            let order = try JSONReader().object(rendered).keys
+            #expect(order == keys.sorted { JSONBytes.less($0, $1) }, "\(size) members")
+        }
+    }
+
     @Test func numbersPrintLikeFoundation() {
         let cases: [(JSONValue, String)] = [
             (.number(0.93), "0.93"), (.number(1), "1"), (.number(-0.0), "-0.0"), (.number(0), "0.0"), (.number(1e-5), "1e-05"),
