@@ -81,6 +81,13 @@ public final class Ledger: @unchecked Sendable {
         case notification(NotificationPayload, Provenance)
         /// The authenticated account `uid` deletes itself.
         case deleteAccount(uid: String)
+
+        /// Whether this is an account's deletion (read in place: a pattern match on a copy would
+        /// retain and release every field of a transaction's payload).
+        var isAccountDeletion: Bool {
+            if case .deleteAccount = self { return true }
+            return false
+        }
     }
 
     /// Decides each submission and appends its record, all in one write group. A submission

@@ -137,7 +137,7 @@ public struct SubmitProtocol: Sendable {
             switch result {
             case .success(let decisions):
                 var response = decisions.count == 1 ? render(decisions[0]) : summarise(decisions)
-                if case .deleteAccount = group.submissions.first { response["appleBillingContinues"] = true }
+                if !group.submissions.isEmpty, group.submissions[0].isAccountDeletion { response["appleBillingContinues"] = true }
                 answers[line] = response
             case .failure(let error):
                 answers[line] = invalid(error)
