@@ -68,12 +68,13 @@ bench-submit: build
 	awk '{ printf "submit (signed JWS, test PKI): $(SIGNED_LINES) lines in %s s: %.0f lines/s, peak %.1f MiB\n", $$1, $(SIGNED_LINES) / $$1, $$2 / 1024 }' .build/bench/time-signed
 
 # Issue 9's slope through the binary, paired against the machine's drift (docs/benchmarks.md): the
-# first tenth of SUBMIT_LINES into a fresh store, the last into a copy of the first nine tenths, ROUNDS times.
+# first tenth of SUBMIT_LINES into a fresh store, the last into a copy of the first nine tenths, ROUNDS times;
+# and the first tenth into a store of as many lines of another stream (the store's size alone).
 ROUNDS ?= 5
 bench-tenths: build
 	mkdir -p .build/bench
 	test -s .build/bench/lines-$(SUBMIT_LINES).jsonl || python3 $(GEN_HISTORY) $(SUBMIT_LINES) > .build/bench/lines-$(SUBMIT_LINES).jsonl
-	bash Tests/Benchmarks/tenths.sh .build/release/ledger .build/bench/lines-$(SUBMIT_LINES).jsonl $(ROUNDS) .build/bench/tenths
+	CONTROL=$(GEN_HISTORY) bash Tests/Benchmarks/tenths.sh .build/release/ledger .build/bench/lines-$(SUBMIT_LINES).jsonl $(ROUNDS) .build/bench/tenths
 
 # `ledger serve` under 64 keep-alive clients (docs/benchmarks.md); BENCH_ARGS adds options, e.g.
 # BENCH_ARGS="--route submit --batch 50 --requests 400" for NDJSON batches.

@@ -284,7 +284,6 @@ extension LMDBAccess {
         }
     }
 
-    /// Fills `cache` from the regions (a writer's first transaction, or after another process wrote).
     /// Fills `cache` from the regions (a writer's first transaction, or after another process wrote),
     /// checking that the store's next serial is past every entry's.
     func reload(_ cache: RecentCache, in regions: RecentRegions) throws {
