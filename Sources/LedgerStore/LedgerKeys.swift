@@ -28,34 +28,54 @@ public struct LedgerKeys: Sendable {
 
     /// The lineage key of `apple|<environment>|<originalTransactionId>`.
     public func lineage(environment: String, originalTransactionId: String) throws -> LineageKey {
-        LineageKey(try key128(lineageKey, "apple|\(environment)|\(originalTransactionId)"))
+        LineageKey(try key128(lineageKey, concatenating: "apple|", environment, "|", originalTransactionId))
     }
 
     /// Keyed hash of an Apple `transactionId`.
     public func transaction(environment: String, transactionId: String) throws -> Key128 {
-        try key128(transactionKey, "apple|\(environment)|\(transactionId)")
+        try key128(transactionKey, concatenating: "apple|", environment, "|", transactionId)
     }
 
     /// The idempotency key of the command `descriptor` describes (a description of the submission,
     /// which may contain identifiers: only its keyed hash is stored). The first 16 bytes of format 1's
     /// id of the command's first event, so commands decided before an upgrade are recognised after it.
-    public func command(_ descriptor: String) throws -> Key128 { try key128(commandKey, "\(descriptor)#0") }
+    public func command(_ descriptor: String) throws -> Key128 { try key128(commandKey, concatenating: descriptor, "#0") }
+
+    /// The idempotency key of the submission described by `parts`: ``command(_:)`` of the parts each
+    /// prefixed with its UTF-8 length in decimal and a colon (`"11:transaction8:purchase…"`), so no UID
+    /// or id can make two submissions share a key. The description is written straight into the hash's
+    /// input, never built as a `String`.
+    public func command(describedBy parts: String...) throws -> Key128 {
+        var message: [UInt8] = []
+        message.reserveCapacity(parts.reduce(2) { $0 + $1.utf8.count + 4 })
+        for part in parts {
+            message.append(contentsOf: String(part.utf8.count).utf8)
+            message.append(UInt8(ascii: ":"))
+            message.append(contentsOf: part.utf8)
+        }
+        message.append(contentsOf: "#0".utf8)
+        return try key128(commandKey, message)
+    }
 
     /// The identity vault's lookup key of a UID.
-    public func vaultKey(uid: String) throws -> Key128 { try key128(vaultSecret, uid) }
+    public func vaultKey(uid: String) throws -> Key128 { try key128(vaultSecret, concatenating: uid) }
 
     /// The vault key of the UID whose UTF-8 bytes are `uid` (as a sealed UID unseals: `verify`
     /// hashes what it unsealed, whatever the bytes are).
-    func vaultKey(uidBytes uid: [UInt8]) throws -> Key128 {
-        let digest = try uid.withUnsafeBytes { try vaultSecret.authenticate($0) }
-        return digest.withBytes { Key128(loading: $0, at: 0) }
+    func vaultKey(uidBytes uid: [UInt8]) throws -> Key128 { try key128(vaultSecret, uid) }
+
+    /// ``key128(_:_:)`` of the UTF-8 of `parts`, one after the other.
+    private func key128(_ key: HMACSHA256Key, concatenating parts: String...) throws -> Key128 {
+        var message: [UInt8] = []
+        message.reserveCapacity(parts.reduce(0) { $0 + $1.utf8.count })
+        for part in parts { message.append(contentsOf: part.utf8) }
+        return try key128(key, message)
     }
 
     /// The first 16 bytes of HMAC-SHA256(`key`, `message`): 128 bits under a secret key, so no one
     /// without the key can aim for a collision, and the birthday bound is 2^64 identifiers.
-    private func key128(_ key: HMACSHA256Key, _ message: String) throws -> Key128 {
-        var message = message
-        let digest = try message.withUTF8 { try key.authenticate(UnsafeRawBufferPointer($0)) }
+    private func key128(_ key: HMACSHA256Key, _ message: [UInt8]) throws -> Key128 {
+        let digest = try message.withUnsafeBytes { try key.authenticate($0) }
         return digest.withBytes { Key128(loading: $0, at: 0) }
     }
 

@@ -196,19 +196,19 @@ public final class Ledger: @unchecked Sendable {
         try Self.validate(submission, at: at)
         switch submission {
         case .transaction(let kind, let uid, let payload, let provenance):
-            let descriptor = Self.descriptor(
-                "transaction", kind.name, uid ?? "", payload.environment.rawValue, payload.transactionId, String(payload.signedDate))
+            let command = try store.keys.command(
+                describedBy: "transaction", kind.name, uid ?? "", payload.environment.rawValue, payload.transactionId, String(payload.signedDate))
             return Prepared(
-                submission: submission, at: at, command: try store.keys.command(descriptor), uid: uid,
+                submission: submission, at: at, command: command, uid: uid,
                 vaultKey: try uid.map(store.keys.vaultKey(uid:)), lineage: try lineage(of: payload),
                 facts: try facts(payload, provenance: provenance))
         case .notification(let payload, let provenance):
             return Prepared(
-                submission: submission, at: at, command: try store.keys.command(Self.descriptor("notification", payload.notificationUUID)),
+                submission: submission, at: at, command: try store.keys.command(describedBy: "notification", payload.notificationUUID),
                 lineage: try payload.transaction.map(lineage(of:)), notification: try notificationFact(payload, provenance: provenance))
         case .deleteAccount(let uid):
             return Prepared(
-                submission: submission, at: at, command: try store.keys.command(Self.descriptor("delete", uid)), uid: uid,
+                submission: submission, at: at, command: try store.keys.command(describedBy: "delete", uid), uid: uid,
                 vaultKey: try store.keys.vaultKey(uid: uid))
         }
     }
@@ -310,19 +310,6 @@ public final class Ledger: @unchecked Sendable {
     private static func unlinkedPseudonym() throws -> AccountID {
         guard let account = AccountID(try Digest.randomBytes(16)) else { throw LedgerStoreError.corrupt("pseudonym") }
         return account
-    }
-
-    /// An unambiguous description of a submission: each part length-prefixed, so no UID or id can
-    /// make two submissions (or two attempts) share event ids.
-    static func descriptor(_ parts: String...) -> String {
-        var descriptor = ""
-        descriptor.reserveCapacity(parts.reduce(0) { $0 + $1.utf8.count + 4 })
-        for part in parts {
-            descriptor += String(part.utf8.count)
-            descriptor += ":"
-            descriptor += part
-        }
-        return descriptor
     }
 
     private func lineage(of payload: TransactionPayload) throws -> LineageKey {

@@ -387,6 +387,24 @@ import Testing
         let other = try LedgerStore.create(at: directory.path("other"), configuration: [])
         #expect(try a != other.keys.lineage(environment: "Production", originalTransactionId: "1000"))
     }
+
+    /// The keys are stored (and format 1's event ids carried over by `upgrade`): the exact bytes each
+    /// one hashes are pinned here, against HMAC-SHA256 computed from the secret independently.
+    @Test func keysHashExactlyTheirDocumentedMessages() throws {
+        let secret = [UInt8](repeating: 7, count: 32)
+        let keys = try LedgerKeys(secret: secret)
+        func expected(_ label: String, _ message: String) throws -> Key128 {
+            let derived = try Digest.hmacSHA256(key: secret, message: Array(label.utf8))
+            return try Digest.hmacSHA256(key: derived, message: Array(message.utf8)).withUnsafeBytes { Key128(loading: $0, at: 0) }
+        }
+        #expect(try keys.lineage(environment: "Production", originalTransactionId: "1000").key == expected("lineage", "apple|Production|1000"))
+        #expect(try keys.transaction(environment: "Sandbox", transactionId: "42") == expected("transaction", "apple|Sandbox|42"))
+        #expect(try keys.vaultKey(uid: "uid-é") == expected("identity-vault", "uid-é"))
+        #expect(try keys.command("support|roster-change|ab") == expected("event-id", "support|roster-change|ab#0"))
+        let described = try keys.command(describedBy: "transaction", "purchase", "uid-é", "Production", "42", "", "1700")
+        #expect(try described == expected("event-id", "11:transaction8:purchase6:uid-é10:Production2:420:4:1700#0"))
+        #expect(try described == keys.command("11:transaction8:purchase6:uid-é10:Production2:420:4:1700"))
+    }
 }
 
 @Suite struct LMDBEnvironmentTests {
