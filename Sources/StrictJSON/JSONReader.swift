@@ -124,11 +124,7 @@ private struct Parser {
             let keyOffset = index
             let key = try parseString()
             if pairs.count < 16 {
-                // Through the buffer: the keys are compared in place, no member copied.
-                let repeated = pairs.withUnsafeBufferPointer { members in
-                    members.indices.contains { JSONBytes.equal(members[$0].key, key) }
-                }
-                if repeated { throw duplicate(key, at: keyOffset) }
+                if JSONBytes.index(of: key, in: pairs) != nil { throw duplicate(key, at: keyOffset) }
             } else {
                 if seen == nil { seen = Set(pairs.map { KeyBytes($0.key) }) }
                 guard seen?.insert(KeyBytes(key)).inserted == true else { throw duplicate(key, at: keyOffset) }

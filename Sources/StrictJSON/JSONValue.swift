@@ -92,13 +92,11 @@ public struct JSONMembers: Sendable, Equatable, ExpressibleByDictionaryLiteral {
         get {
             // Through the buffer: only the matching member's value is copied (a `for pair in pairs`
             // loop copies, retains and releases every member it passes).
-            pairs.withUnsafeBufferPointer { members in
-                for index in members.indices where JSONBytes.equal(members[index].key, key) { return members[index].value }
-                return nil
-            }
+            guard let index = JSONBytes.index(of: key, in: pairs) else { return nil }
+            return pairs[index].value
         }
         set {
-            let index = pairs.withUnsafeBufferPointer { members in members.indices.first { JSONBytes.equal(members[$0].key, key) } }
+            let index = JSONBytes.index(of: key, in: pairs)
             switch (index, newValue) {
             case (let index?, let value?): pairs[index].value = value
             case (let index?, nil): pairs.remove(at: index)
@@ -117,6 +115,16 @@ public struct JSONMembers: Sendable, Equatable, ExpressibleByDictionaryLiteral {
 
 /// Byte-level comparisons of strings as UTF-8.
 public enum JSONBytes {
+    /// The index of the member whose key is `key`'s bytes. The keys are read in place (a loop over
+    /// the members would copy each one, retaining and releasing its key and value) and told apart by
+    /// length before their bytes are compared.
+    static func index(of key: String, in pairs: [(key: String, value: JSONValue)]) -> Int? {
+        let length = key.utf8.count
+        return pairs.withUnsafeBufferPointer { members in
+            members.indices.first { members[$0].key.utf8.count == length && equal(members[$0].key, key) }
+        }
+    }
+
     /// True when `a` and `b` are the same UTF-8 bytes.
     public static func equal(_ a: String, _ b: String) -> Bool {
         // Most keys compared differ in length: tell them apart without touching their bytes.
