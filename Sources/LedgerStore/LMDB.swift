@@ -522,6 +522,19 @@ struct LMDBCursor {
 
     func close() { mdb_cursor_close(handle) }
 
+    /// Stores `value` under `key` through the cursor (`mdb_cursor_put`): puts in key order find their
+    /// leaf from the cursor's last position instead of descending from the root each time. False when
+    /// `flags` (`MDB_NOOVERWRITE`, `MDB_NODUPDATA`) refused it because it was there.
+    @discardableResult
+    func put(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer, flags: Int32 = 0) throws(LMDBError) -> Bool {
+        var keyVal = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+        var valueVal = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
+        let code = mdb_cursor_put(handle, &keyVal, &valueVal, UInt32(flags))
+        if code == MDB_KEYEXIST { return false }
+        try lmdb(code, "mdb_cursor_put")
+        return true
+    }
+
     /// Moves with `op`, positioning on `key` (and `value`) when the operation takes them; the entry
     /// found, pointing into the map, or nil at the end (`MDB_NOTFOUND`).
     func get(

@@ -258,18 +258,25 @@ extension LMDBAccess {
     /// Puts region `region`'s changes into the main trees in key order and empties it.
     func mergeRecent(region: Int, in regions: RecentRegions) throws {
         let overlay = try recentOverlay(in: regions, region: region)
+        // The region's keys are one range of each tree, put in key order through one cursor per tree.
+        let lineages = try txn.cursor(db.lineages)
+        defer { lineages.close() }
         for (lineage, entry) in overlay.lineageEntries {
             try KeyBuffer(lineage).with { k in
-                try entry.bytes.withUnsafeBytes { v in _ = try txn.put(db.lineages, k, v, flags: MDB_NODUPDATA) }
+                try entry.bytes.withUnsafeBytes { v in _ = try lineages.put(k, v, flags: MDB_NODUPDATA) }
             }
         }
+        let readModels = try txn.cursor(db.readModels)
+        defer { readModels.close() }
         for (lineage, stored) in overlay.readModels {
             try KeyBuffer(ReadModel.lineagePrefix, lineage).with { k in
-                try stored.withUnsafeBytes { v in _ = try txn.put(db.readModels, k, v) }
+                try stored.withUnsafeBytes { v in _ = try readModels.put(k, v) }
             }
         }
+        let identities = try txn.cursor(db.identities)
+        defer { identities.close() }
         for (vaultKey, account) in overlay.vault {
-            try KeyBuffer(Self.vaultPrefix, vaultKey).with { k in try account.key.withBytes { v in _ = try txn.put(db.identities, k, v) } }
+            try KeyBuffer(Self.vaultPrefix, vaultKey).with { k in try account.key.withBytes { v in _ = try identities.put(k, v) } }
         }
         try txn.clear(regions.databases[region])
         regions.cache?.regions[region] = RecentCache.Region()
