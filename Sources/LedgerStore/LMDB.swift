@@ -5,7 +5,9 @@ import Foundation
 public struct LMDBError: Error, CustomStringConvertible, Sendable {
     public let code: Int32
     public let operation: String
-    public var description: String { "\(operation): \(String(cString: mdb_strerror(code)))" }
+    /// What to do about it, when the ledger can tell.
+    public var advice: String?
+    public var description: String { "\(operation): \(String(cString: mdb_strerror(code)))" + (advice.map { ". \($0)" } ?? "") }
     var isMapFull: Bool { code == MDB_MAP_FULL }
     var isNotFound: Bool { code == MDB_NOTFOUND }
 }
@@ -87,7 +89,15 @@ final class LMDBEnvironment: @unchecked Sendable {
         case .snapshot: flags |= UInt32(MDB_RDONLY | MDB_NOLOCK)
         case .create, .open: break
         }
-        try lmdb(mdb_env_open(env, path, flags, 0o600), "mdb_env_open(\(path))")
+        let opened = mdb_env_open(env, path, flags, 0o600)
+        guard opened != ENOMEM else {
+            // Mapping reserves address space only, but a limit on the process's virtual memory counts it.
+            var error = LMDBError(code: opened, operation: "mdb_env_open(\(path))")
+            error.advice =
+                "The store maps \(initialMapSize >> 20) MiB of address space (memory is used only as the store fills), more than this process may reserve: raise its virtual memory limit (ulimit -v)"
+            throw error
+        }
+        try lmdb(opened, "mdb_env_open(\(path))")
         var dead: Int32 = 0
         try lmdb(mdb_reader_check(env, &dead), "mdb_reader_check")
         switch mode {

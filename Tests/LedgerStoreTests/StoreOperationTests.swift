@@ -165,4 +165,19 @@ import Testing
         }
         #expect(throws: LedgerStoreError.self) { try Ledger(opening: directory.path("store")) }
     }
+
+    /// The map is address space only, but `ulimit -v` counts it: the refusal says so and what to do.
+    @Test func aVirtualMemoryLimitBelowTheMapIsExplained() throws {
+        let directory = TemporaryDirectory("address-space")
+        defer { directory.remove() }
+        let store = directory.path("store").path
+        let result = try LedgerBinary.runProcess(
+            URL(fileURLWithPath: "/bin/sh"),
+            [
+                "-c", #"ulimit -v 4000000 && exec "$0" init --store "$1" --bundle-id "$2" --environment Sandbox"#, LedgerBinary.url.path, store,
+                Fixtures.bundleId,
+            ])
+        #expect(result.status == 3, "\(result.status) \(result.stderr)")
+        #expect(result.stderr.contains("65536 MiB of address space") && result.stderr.contains("ulimit -v"), "\(result.stderr)")
+    }
 }
