@@ -230,6 +230,10 @@ extension LMDBAccess {
             (Recent.region(of: changes[a].key), a) < (Recent.region(of: changes[b].key), b)
         }
         var value: [UInt8] = []
+        // Each region's entries are appended through one cursor, which stays at its end (LMDB then
+        // finds the last leaf without a descent from the root per entry).
+        var open: (region: Int, cursor: LMDBCursor)?
+        defer { open?.cursor.close() }
         for index in ordered {
             let change = changes[index]
             let region = Recent.region(of: change.key)
@@ -237,8 +241,16 @@ extension LMDBAccess {
             value.append(change.kind.rawValue)
             change.key.withBytes { value.append(contentsOf: $0) }
             value.append(contentsOf: change.payload)
+            let end: LMDBCursor
+            if let open, open.region == region {
+                end = open.cursor
+            } else {
+                open?.cursor.close()
+                end = try txn.cursor(regions.databases[region])
+                open = (region, end)
+            }
             let appended = try KeyBuffer(serial).with { k in
-                try value.withUnsafeBytes { v in try txn.put(regions.databases[region], k, v, flags: MDB_APPEND) }
+                try value.withUnsafeBytes { v in try end.put(k, v, flags: MDB_APPEND) }
             }
             guard appended else {
                 throw corrupt(
@@ -251,6 +263,8 @@ extension LMDBAccess {
             }
             serial += 1
         }
+        open?.cursor.close()
+        open = nil
         try mergeRecent(region: next, in: regions)
         try putRecentPosition(serial: serial, next: (next + 1) % Recent.regionCount)
     }
