@@ -443,7 +443,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
         commands: for command in commands where out[command.key] == nil {
             if let home = command.home, let recent {
                 // The region's entries are newer than the main tree's.
-                for entry in try recentLineage(home.key, in: recent).entries.reversed() where entry.command == command.key.high {
+                for entry in try recentEntries(home.key, in: recent).reversed() where entry.command == command.key.high {
                     if let bytes = try record(entry.sequence), bytes.withUnsafeBytes({ RecordCodec.command(of: $0) }) == command.key {
                         out[command.key] = (entry.sequence, bytes)
                         continue commands
@@ -507,7 +507,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
             entry = try cursor.get(MDB_NEXT_DUP)
         }
         if let recent {
-            out += try recentLineage(lineage.key, in: recent).entries.map(\.sequence).filter { $0 <= through }
+            out += try recentEntries(lineage.key, in: recent).map(\.sequence).filter { $0 <= through }
             out.sort()
         }
         return out
@@ -610,7 +610,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
     func contains(_ entry: IndexEntry) throws -> Bool {
         let normal = normalized(entry)
         if case .lineage(let lineage, let sequence, let command) = normal, let recent,
-            try recentLineage(lineage.key, in: recent).entries.contains(LineageEntryValue(sequence: sequence, command: command.high))
+            try recentEntries(lineage.key, in: recent).contains(LineageEntryValue(sequence: sequence, command: command.high))
         {
             return true
         }
@@ -664,10 +664,10 @@ struct LMDBAccess: EngineReader, EngineWriter {
     func lineageStates(_ lineages: [LineageKey]) throws -> [LineageKey: LineageState] {
         var out: [LineageKey: LineageState] = [:]
         for lineage in lineages where out[lineage] == nil {
-            let recentModel = try recent.flatMap { try recentLineage(lineage.key, in: $0).readModel }
+            let recentModel = try recent.flatMap { try recentReadModel(lineage.key, in: $0) }
             guard
                 let value = try KeyBuffer(ReadModel.lineagePrefix, lineage.key).with({ k in
-                    if let recentModel { return try recentModel.withUnsafeBytes { try canonicalReadModel(key: k, stored: $0) } }
+                    if let recentModel { return try canonicalReadModel(key: k, stored: recentModel) }
                     return try txn.get(db.readModels, k).map { try canonicalReadModel(key: k, stored: $0) }
                 })
             else { continue }

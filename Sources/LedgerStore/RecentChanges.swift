@@ -142,25 +142,30 @@ extension LMDBAccess {
         return UnsafeRawBufferPointer(rebasing: value[17...])
     }
 
-    /// A lineage's entries and newest read model in its region (the cache's in a write transaction).
-    func recentLineage(_ lineage: Key128, in regions: RecentRegions) throws -> (entries: [LineageEntryValue], readModel: [UInt8]?) {
+    /// A lineage's entries in its region, oldest first (the cache's in a write transaction).
+    func recentEntries(_ lineage: Key128, in regions: RecentRegions) throws -> [LineageEntryValue] {
+        let region = Recent.region(of: lineage)
+        if let cache = regions.cache { return cache.regions[region].lineages[lineage]?.entries ?? [] }
+        var entries: [LineageEntryValue] = []
+        try forEachRecent(in: regions, region: region) { _, kind, key, payload in
+            if key == lineage, kind == .lineageEntry { entries.append(LineageEntryValue(payload)) }
+        }
+        return entries
+    }
+
+    /// A lineage's newest read model in its region, nil when the region holds none. The bytes are
+    /// LMDB's: valid until the transaction writes.
+    func recentReadModel(_ lineage: Key128, in regions: RecentRegions) throws -> UnsafeRawBufferPointer? {
         let region = Recent.region(of: lineage)
         if let cache = regions.cache {
-            guard let found = cache.regions[region].lineages[lineage] else { return ([], nil) }
-            let model = found.readModel == 0 ? nil : Array(try recentPayload(in: regions, region: region, serial: found.readModel))
-            return (found.entries, model)
+            guard let serial = cache.regions[region].lineages[lineage]?.readModel, serial != 0 else { return nil }
+            return try recentPayload(in: regions, region: region, serial: serial)
         }
-        var entries: [LineageEntryValue] = []
-        var model: [UInt8]?
+        var model: UnsafeRawBufferPointer?
         try forEachRecent(in: regions, region: region) { _, kind, key, payload in
-            guard key == lineage else { return }
-            switch kind {
-            case .lineageEntry: entries.append(LineageEntryValue(payload))
-            case .readModel: model = Array(payload)
-            case .vaultPut: break
-            }
+            if key == lineage, kind == .readModel { model = payload }
         }
-        return (entries, model)
+        return model
     }
 
     /// A vault key's pseudonym in its region; nil when the region holds none.
