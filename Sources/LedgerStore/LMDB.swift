@@ -333,53 +333,130 @@ final class ReadWriteLock: @unchecked Sendable {
     func unlock() { pthread_rwlock_unlock(lock) }
 }
 
-/// Refuses a `data.mdb` shorter than its meta pages claim before LMDB maps it: reading a page past
-/// the end of a mapped file is a SIGBUS, not an error.
+/// Refuses a `data.mdb` that ends before a page in use before LMDB maps it: reading a page past the
+/// end of a mapped file is a SIGBUS, not an error.
 enum LMDBFileCheck {
     /// LMDB's magic number and data version (0.9.x), and where the meta page fields are: a 16-byte
-    /// page header, then `MDB_meta` (magic, version, address, map size, two 48-byte `MDB_db`s whose
-    /// first `md_pad` is the page size, the last page number, the transaction id).
+    /// page header, then `MDB_meta` (magic, version, address, map size, two 48-byte `MDB_db`s, the
+    /// free pages' database first, whose `md_pad` is the page size and whose root page number is at
+    /// its offset 40; then the last page number and the transaction id).
     static let magic: UInt32 = 0xBEEF_C0DE
     static let dataVersion: UInt32 = 1
     static let magicOffset = 16
     static let pageSizeOffset = 16 + 24
     static let lastPageOffset = 16 + 120
     static let transactionOffset = 16 + 128
+    static let freeRootOffset = 16 + 64
     static let metaLength = 16 + 136
 
     /// Throws ``LedgerStoreError/corrupt(_:)`` naming `path` when the file holds no valid meta page
-    /// or is shorter than `(last page + 1) × page size` of the newest one. A missing or empty file
-    /// passes (LMDB creates it; the store refuses an empty one itself).
+    /// or ends before a page in use (``check(_:size:read:)``). A missing or empty file passes (LMDB
+    /// creates it; the store refuses an empty one itself).
     static func checkLength(of path: String) throws {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { return }
-        let size = Int(info.st_size)
-        guard size > 0 else { return }
-        func field<T: FixedWidthInteger>(_ page: [UInt8], _ offset: Int, as: T.Type) -> T {
-            page.withUnsafeBytes { T(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: T.self)) }
+        guard fstat(fd, &info) == 0, info.st_size > 0 else { return }
+        try check(path, size: Int(info.st_size)) { offset, count in
+            var bytes = [UInt8](repeating: 0, count: count)
+            return pread(fd, &bytes, count, off_t(offset)) == count ? bytes : nil
         }
-        func meta(at offset: Int) -> (pageSize: Int, lastPage: UInt64, transaction: UInt64)? {
-            var page = [UInt8](repeating: 0, count: metaLength)
-            guard pread(fd, &page, metaLength, off_t(offset)) == metaLength,
-                field(page, magicOffset, as: UInt32.self) == magic, field(page, magicOffset + 4, as: UInt32.self) == dataVersion
-            else { return nil }
-            let pageSize = Int(field(page, pageSizeOffset, as: UInt32.self))
+    }
+
+    /// Throws ``LedgerStoreError/corrupt(_:)`` naming `path` when the file of `size` bytes that
+    /// `read(offset, count)` reads (nil: not all of those bytes are there) has no valid meta page, or
+    /// when the newest meta page's last page number is past the end of the file and not every page
+    /// past the end is on its free list (``pagesAreFree(_:pageSize:root:filePages:read:)``).
+    static func check(_ path: String, size: Int, read: (Int, Int) -> [UInt8]?) throws {
+        func meta(at offset: Int) -> (pageSize: Int, lastPage: UInt64, transaction: UInt64, freeRoot: UInt64)? {
+            guard let page = read(offset, metaLength), u32(page, magicOffset) == magic, u32(page, magicOffset + 4) == dataVersion else { return nil }
+            let pageSize = Int(u32(page, pageSizeOffset))
             guard pageSize >= 512, pageSize <= 1 << 16, pageSize & (pageSize - 1) == 0 else { return nil }
-            return (pageSize, field(page, lastPageOffset, as: UInt64.self), field(page, transactionOffset, as: UInt64.self))
+            return (pageSize, u64(page, lastPageOffset), u64(page, transactionOffset), u64(page, freeRootOffset))
         }
         guard let first = meta(at: 0) else {
             throw LedgerStoreError.corrupt("\(path) does not start with an LMDB meta page (\(size) bytes): restore data.mdb from your backup")
         }
         let newest = [first, meta(at: first.pageSize)].compactMap { $0 }.max { $0.transaction < $1.transaction } ?? first
         let (needed, overflow) = (newest.lastPage &+ 1).multipliedReportingOverflow(by: UInt64(newest.pageSize))
-        guard !overflow, needed <= UInt64(size) else {
+        let filePages = UInt64(size / newest.pageSize)
+        guard
+            !overflow,
+            needed <= UInt64(size)
+                || pagesAreFree(filePages...newest.lastPage, pageSize: newest.pageSize, root: newest.freeRoot, filePages: filePages, read: read)
+        else {
             throw LedgerStoreError.corrupt(
                 "\(path) is truncated: \(size) bytes, but its meta page needs \(overflow ? "more" : String(needed)) (\(newest.lastPage + 1) pages of \(newest.pageSize)): restore data.mdb from your backup"
             )
         }
+    }
+
+    /// LMDB's page layout (0.9.x, 64-bit page numbers): a 16-byte header (page number, pad, flags,
+    /// then the lower and upper bounds of the free space), then 16-bit node offsets from the page's
+    /// start. A node is a 32-bit data size (a branch node: the child's page number's low 32 bits),
+    /// 16-bit flags (a branch node: the page number's next 16 bits), 16-bit key size, the key, the data.
+    static let branchPage = 0x01
+    static let leafPage = 0x02
+    static let bigData = 0x01
+    static let noPage = UInt64.max
+
+    /// Whether every page in `range` is on the free list of the free database rooted at `root`, in a
+    /// file of `filePages` pages that `read` reads. LMDB does not write a page that a transaction
+    /// allocated and freed again (a *loose* page), though the meta page's last page number counts it:
+    /// a file can end before that number when the pages past its end are free. False when a page of
+    /// the free database itself is past the end, or its tree is not well formed.
+    static func pagesAreFree(
+        _ range: ClosedRange<UInt64>, pageSize: Int, root: UInt64, filePages: UInt64, read: (Int, Int) -> [UInt8]?
+    ) -> Bool {
+        // Each free page is an 8-byte entry inside the file: more missing pages than that cannot all be free.
+        guard range.upperBound - range.lowerBound < filePages * UInt64(pageSize) / 8, root != noPage else { return false }
+        /// `count` bytes from `offset` in page `page`, every page they span inside the file.
+        func bytes(_ count: Int, of page: UInt64, from offset: Int = 0) -> [UInt8]? {
+            let spanned = UInt64((offset + count + pageSize - 1) / pageSize)
+            guard page >= 2, page < filePages, spanned <= filePages - page else { return nil }
+            return read(Int(page) * pageSize + offset, count)
+        }
+        var free = Set<UInt64>()
+        var pending = [root]
+        var visited: UInt64 = 0
+        while let number = pending.popLast() {
+            visited += 1
+            guard visited <= filePages, let page = bytes(pageSize, of: number) else { return false }
+            let (flags, lower, upper) = (u16(page, 10), u16(page, 12), u16(page, 14))
+            guard flags & (branchPage | leafPage) != 0, lower >= 16, lower <= upper, upper <= pageSize else { return false }
+            for index in 0..<(lower - 16) / 2 {
+                let node = u16(page, 16 + 2 * index)
+                guard node >= upper, node + 8 <= pageSize else { return false }
+                let (low, high, nodeFlags, keySize) = (u16(page, node), u16(page, node + 2), u16(page, node + 4), u16(page, node + 6))
+                if flags & branchPage != 0 {
+                    pending.append(UInt64(low) | UInt64(high) << 16 | UInt64(nodeFlags) << 32)
+                    continue
+                }
+                let (dataSize, data) = (low | high << 16, node + 8 + keySize)
+                let list: [UInt8]?
+                if nodeFlags & bigData != 0 {
+                    // The list is on overflow pages, after their 16-byte header.
+                    list = data + 8 <= pageSize ? bytes(dataSize, of: u64(page, data), from: 16) : nil
+                } else {
+                    list = data + dataSize <= pageSize ? Array(page[data..<data + dataSize]) : nil
+                }
+                // A list of page numbers: its count, then that many 8-byte numbers.
+                guard let list, list.count >= 8, list.count % 8 == 0, u64(list, 0) == UInt64(list.count / 8 - 1) else { return false }
+                for entry in stride(from: 8, to: list.count, by: 8) where range.contains(u64(list, entry)) {
+                    free.insert(u64(list, entry))
+                }
+            }
+        }
+        return UInt64(free.count) == range.upperBound - range.lowerBound + 1
+    }
+
+    private static func u16(_ bytes: [UInt8], _ offset: Int) -> Int { Int(bytes[offset]) | Int(bytes[offset + 1]) << 8 }
+    private static func u32(_ bytes: [UInt8], _ offset: Int) -> UInt32 {
+        bytes.withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: UInt32.self)) }
+    }
+    private static func u64(_ bytes: [UInt8], _ offset: Int) -> UInt64 {
+        bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) }
     }
 }
 

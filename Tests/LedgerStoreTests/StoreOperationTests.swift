@@ -166,6 +166,63 @@ import Testing
         #expect(throws: LedgerStoreError.self) { try Ledger(opening: directory.path("store")) }
     }
 
+    /// LMDB does not write pages that one transaction allocated and freed again, though the meta
+    /// page's last page number counts them: such a file ends before that page, every page past its
+    /// end is free, and it is intact. A file cut short of a page in use is still refused.
+    @Test func aFileEndingAtFreePagesIsIntactButOneEndingBeforeAPageInUseIsNot() throws {
+        let directory = TemporaryDirectory("loose-tail")
+        defer { directory.remove() }
+        let path = directory.path("environment").path
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        let dataFile = directory.path("environment/data.mdb").path
+        /// The file's length, and the length the newest meta page's last page number implies.
+        func lengths() throws -> (file: Int, claimed: Int) {
+            let file = try #require(FileManager.default.contents(atPath: dataFile))
+            let metas = [0, 4_096].map { offset in
+                file.withUnsafeBytes { bytes in
+                    (
+                        last: bytes.loadUnaligned(fromByteOffset: offset + LMDBFileCheck.lastPageOffset, as: UInt64.self),
+                        transaction: bytes.loadUnaligned(fromByteOffset: offset + LMDBFileCheck.transactionOffset, as: UInt64.self)
+                    )
+                }
+            }
+            return (file.count, Int(try #require(metas.max { $0.transaction < $1.transaction }).last + 1) * 4_096)
+        }
+        let environment = try LMDBEnvironment(path: path, databaseNames: ["scratch", "kept"])
+        // A large value put and deleted in one transaction: once the transaction has read the free
+        // list, its overflow pages go back to it unwritten, and fresh ones are at the end of the file.
+        var short = false
+        for round in 0..<20 where !short {
+            try environment.write { txn in
+                try txn.put("kept", Array("k".utf8), Array("round \(round)".utf8))
+                try txn.put("scratch", Array("large".utf8), [UInt8](repeating: 7, count: 200_000))
+                #expect(try txn.delete("scratch", Array("large".utf8)))
+            }
+            let (file, claimed) = try lengths()
+            short = claimed > file
+        }
+        #expect(short, "no transaction left pages past the end of the file")
+        try LMDBFileCheck.checkLength(of: dataFile)
+        let reopened = try LMDBEnvironment(path: path, databaseNames: ["scratch", "kept"], mode: .open(required: "kept"))
+        #expect(try reopened.read { txn in try txn.get("kept", Array("k".utf8)) }?.isEmpty == false)
+        #expect(truncate(dataFile, 16_384) == 0)
+        #expect(throws: LedgerStoreError.self) { try LMDBFileCheck.checkLength(of: dataFile) }
+    }
+
+    /// The fuzzer's seeds for the check (512-byte pages): a file that ends at pages on the free list
+    /// passes, one that ends before a page missing from it does not, a whole file passes.
+    @Test(arguments: [("short-tail-free", true), ("short-tail-in-use", false), ("whole", true)])
+    func theFreePagesPastTheEndAreReadFromTheFreeList(seed: String, accepted: Bool) throws {
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../Fuzz/Corpus/LMDBFileCheckFuzzer/\(seed)")
+        let file = [UInt8](try Data(contentsOf: url))
+        let read: (Int, Int) -> [UInt8]? = { offset, count in offset + count <= file.count ? Array(file[offset..<offset + count]) : nil }
+        if accepted {
+            try LMDBFileCheck.check(seed, size: file.count, read: read)
+        } else {
+            #expect(throws: LedgerStoreError.self) { try LMDBFileCheck.check(seed, size: file.count, read: read) }
+        }
+    }
+
     /// The map is address space only, but `ulimit -v` counts it: the refusal says so and what to do.
     @Test func aVirtualMemoryLimitBelowTheMapIsExplained() throws {
         let directory = TemporaryDirectory("address-space")
