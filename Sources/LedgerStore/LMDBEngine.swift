@@ -870,7 +870,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
         let regions = batch.records.isEmpty || size > Recent.directLimit ? nil : recent
         // Written straight, a key the regions hold would be shadowed by its older changes there.
         if regions == nil, size > 0 { try mergeAllRecent() }
-        var changes: [(kind: RecentKind, key: Key128, payload: [UInt8])] = []
+        var changes: [RecentChange] = []
         try appendRecords(batch.records)
         // Each index's entries in key order: a commit's puts then walk each tree left to right, and
         // entries sharing a leaf are put one after another while it is in cache. The order changes
@@ -879,7 +879,8 @@ struct LMDBAccess: EngineReader, EngineWriter {
         var accountLineagesEnd = try AppendPosition(lastOf: db.accountLineages, in: txn, duplicates: true)
         for normal in Self.inKeyOrder(batch.entries.map(normalized)) {
             if regions != nil, case .lineage(let lineage, let sequence, let command) = normal {
-                changes.append((.lineageEntry, lineage.key, LineageEntryValue(sequence: sequence, command: command.high).bytes))
+                changes.append(
+                    RecentChange(kind: .lineageEntry, key: lineage.key, fixed: LineageEntryValue(sequence: sequence, command: command.high).buffer))
                 continue
             }
             let dbi = db.of(normal.index)
@@ -897,7 +898,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
             let canonical = ReadModel.encode(state)
             let value = dictionary.storedForm(of: canonical, header: 1) ?? canonical
             if regions != nil {
-                changes.append((.readModel, lineage.key, value))
+                changes.append(RecentChange(kind: .readModel, key: lineage.key, readModel: value))
                 continue
             }
             try KeyBuffer(ReadModel.lineagePrefix, lineage.key).with { k in
@@ -957,7 +958,9 @@ struct LMDBAccess: EngineReader, EngineWriter {
             }
         }
         if let regions {
-            for insert in batch.vaultInserts { changes.append((.vaultPut, insert.vaultKey, insert.account.bytes)) }
+            for insert in batch.vaultInserts {
+                changes.append(RecentChange(kind: .vaultPut, key: insert.vaultKey, fixed: KeyBuffer(insert.account.key)))
+            }
             try appendRecent(changes, in: regions)
         }
         for (key, value) in batch.meta { try putMeta(Array(key.rawValue.utf8), value) }

@@ -57,11 +57,29 @@ struct LineageEntryValue: Comparable {
 
     static func < (a: Self, b: Self) -> Bool { (a.sequence, a.command) < (b.sequence, b.command) }
 
-    var bytes: [UInt8] {
+    /// The 14 stored bytes: the sequence's low 6 bytes, then the command prefix, big-endian.
+    var buffer: KeyBuffer {
         var value = KeyBuffer()
         value.append(u48: sequence)
         value.append(command)
-        return value.with { Array($0) }
+        return value
+    }
+
+    var bytes: [UInt8] { buffer.with { Array($0) } }
+}
+
+/// A change a commit appends to its key's region.
+struct RecentChange {
+    let kind: RecentKind
+    let key: Key128
+    /// A lineage entry's or a vault entry's payload (14 or 16 bytes), held inline.
+    var fixed = KeyBuffer()
+    /// A read model's stored form.
+    var readModel: [UInt8] = []
+
+    /// The payload's bytes.
+    func withPayload<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        kind == .readModel ? try readModel.withUnsafeBytes(body) : try fixed.with(body)
     }
 }
 
@@ -228,8 +246,8 @@ extension LMDBAccess {
         try putMeta(Recent.metaKey, value)
     }
 
-    /// Appends `changes` (kind, key, payload) to their regions in order, then merges the next region.
-    func appendRecent(_ changes: [(kind: RecentKind, key: Key128, payload: [UInt8])], in regions: RecentRegions) throws {
+    /// Appends `changes` to their regions in order, then merges the next region.
+    func appendRecent(_ changes: [RecentChange], in regions: RecentRegions) throws {
         var (serial, next) = try recentPosition()
         let ordered = changes.indices.sorted { a, b in
             (Recent.region(of: changes[a].key), a) < (Recent.region(of: changes[b].key), b)
@@ -245,7 +263,7 @@ extension LMDBAccess {
             value.removeAll(keepingCapacity: true)
             value.append(change.kind.rawValue)
             change.key.withBytes { value.append(contentsOf: $0) }
-            value.append(contentsOf: change.payload)
+            change.withPayload { value.append(contentsOf: $0) }
             let end: LMDBCursor
             if let open, open.region == region {
                 end = open.cursor
@@ -264,7 +282,7 @@ extension LMDBAccess {
             }
             regions.cache?.wrote = true
             if let cache = regions.cache {
-                change.payload.withUnsafeBytes { cache.note(serial, change.kind, change.key, $0) }
+                change.withPayload { cache.note(serial, change.kind, change.key, $0) }
             }
             serial += 1
         }
@@ -282,7 +300,7 @@ extension LMDBAccess {
         defer { lineages.close() }
         for (lineage, entry) in overlay.lineageEntries {
             try KeyBuffer(lineage).with { k in
-                try entry.bytes.withUnsafeBytes { v in _ = try lineages.put(k, v, flags: MDB_NODUPDATA) }
+                try entry.buffer.with { v in _ = try lineages.put(k, v, flags: MDB_NODUPDATA) }
             }
         }
         let readModels = try txn.cursor(db.readModels)
