@@ -16,6 +16,9 @@ public struct TokenError: Error, Equatable, CustomStringConvertible, Sendable {
         case issuedInFuture = "issued-in-future"
         case authTimeInFuture = "auth-time-in-future"
         case invalidSubject = "invalid-subject"
+        /// A valid token whose sign-in (`auth_time`) is too long ago for what it asks (deleting the
+        /// account): the app signs the user in again and retries, as Firebase asks of its own deletion.
+        case requiresRecentLogin = "requires-recent-login"
         /// The verifier has no usable certificates (not the caller's fault: retry later).
         case keysUnavailable = "keys-unavailable"
         /// libcrypto failed while checking the signature: no verdict on the token, a fault of the
@@ -121,10 +124,14 @@ public struct FirebaseUser: Equatable, Sendable {
     public let uid: String
     /// The token's `exp`, seconds since the epoch.
     public let expiresAt: Int64
+    /// The token's `auth_time`: when the user last signed in (a refreshed token keeps it), seconds
+    /// since the epoch.
+    public let signedInAt: Int64
 
-    public init(uid: String, expiresAt: Int64) {
+    public init(uid: String, expiresAt: Int64, signedInAt: Int64) {
         self.uid = uid
         self.expiresAt = expiresAt
+        self.signedInAt = signedInAt
     }
 }
 
@@ -229,11 +236,21 @@ public final class FirebaseTokenVerifier: Sendable {
             throw TokenError(.cryptoFailure, "the signature could not be checked: \(error)")
         }
         guard valid else { throw TokenError(.invalidSignature, "the signature does not verify with key \(keyId)") }
-        let user = FirebaseUser(uid: uid, expiresAt: expiresAt)
+        let user = FirebaseUser(uid: uid, expiresAt: expiresAt, signedInAt: authTime)
         if let digest {
             verified[digest] = VerifiedTokens.Entry(user: user, issuedAt: issuedAt, authTime: authTime, keyId: keyId, key: key)
         }
         return user
+    }
+
+    /// Refuses `user` with ``TokenError/Code/requiresRecentLogin`` unless they signed in at most
+    /// `seconds` ago (``clockSkew`` tolerated): what a destructive request asks of a token on top of
+    /// ``verify(_:)``, since a token refreshed for weeks still verifies.
+    public func requireSignIn(_ user: FirebaseUser, within seconds: Int64) throws(TokenError) {
+        guard clock() - user.signedInAt <= seconds + clockSkew else {
+            throw TokenError(
+                .requiresRecentLogin, "the user last signed in more than \(seconds) seconds ago: sign in again, then retry with the new ID token")
+        }
     }
 
     /// `exp` in the future, `iat` and `auth_time` in the past, each within ``clockSkew``: the three, present.

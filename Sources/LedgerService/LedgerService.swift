@@ -18,6 +18,9 @@ public final class LedgerService: Sendable {
         public var firebaseCertificates: FirebaseKeySource.Location
         /// Seconds of clock skew tolerated on token times.
         public var clockSkew: Int64
+        /// The most seconds since the caller signed in (the token's `auth_time`) for
+        /// `DELETE /v1/account`: 300, as Firebase asks of an app's own account deletion.
+        public var deletionSignInSeconds: Int64 = 300
         /// Who may call `POST /v1/submit`; nobody when nil.
         public var serviceTokens: ServiceTokens?
         /// Submissions queued for the writer before requests are refused 503.
@@ -95,7 +98,7 @@ public final class LedgerService: Sendable {
             tokens: FirebaseTokenVerifier(
                 projectId: configuration.firebaseProjectId, keys: keys, clockSkew: configuration.clockSkew,
                 checkSignature: configuration.firebaseSignatureCheck),
-            serviceTokens: configuration.serviceTokens, log: log)
+            serviceTokens: configuration.serviceTokens, deletionSignInSeconds: configuration.deletionSignInSeconds, log: log)
         var http = configuration.http
         // Only a caller with a service token may send a batch-sized body: nobody else can make the
         // server hold more than 256 KiB per connection.

@@ -44,6 +44,8 @@ final class Routes: Sendable {
     private let metrics: Metrics
     private let tokens: FirebaseTokenVerifier
     private let serviceTokens: ServiceTokens?
+    /// The most seconds since the caller signed in for `DELETE /v1/account`.
+    private let deletionSignInSeconds: Int64
     private let log: @Sendable (String) -> Void
     private let protocolHandler: SubmitProtocol
     private let state = State()
@@ -69,8 +71,9 @@ final class Routes: Sendable {
 
     init(
         ledger: Ledger, committer: GroupCommitter, metrics: Metrics, tokens: FirebaseTokenVerifier, serviceTokens: ServiceTokens?,
-        log: @escaping @Sendable (String) -> Void
+        deletionSignInSeconds: Int64, log: @escaping @Sendable (String) -> Void
     ) {
+        self.deletionSignInSeconds = deletionSignInSeconds
         self.ledger = ledger
         self.committer = committer
         self.metrics = metrics
@@ -120,7 +123,8 @@ final class Routes: Sendable {
                 account: account, types: ["purchase", "renewal", "restore"], fields: ["type", "signedTransaction"])
             decide(protocolHandler.prepare([request.body], caller: caller), responder: responder) { Self.status(of: $0, denied: 403) }
         case .account:
-            guard let account = authenticate(request, responder) else { return }
+            // Deleting is for a user who signed in recently, not for any token refreshed since.
+            guard let account = authenticate(request, responder, signedInWithin: deletionSignInSeconds) else { return }
             let caller = SubmitProtocol.AuthenticatedCaller(account: account, types: ["delete-account"], fields: ["type"])
             decide(protocolHandler.prepare([Array(#"{"type":"delete-account"}"#.utf8)], caller: caller), responder: responder) {
                 Self.status(of: $0, denied: 403)
@@ -143,12 +147,20 @@ final class Routes: Sendable {
 
     /// The account of the request's Firebase ID token, or nil after answering 401 (503 when the
     /// certificates are unavailable, 500 when libcrypto failed checking it). The token is never logged.
-    private func authenticate(_ request: HTTPRequest, _ responder: HTTPResponder) -> String? {
+    /// The UID of the request's Firebase ID token, signed in at most `signedInWithin` seconds ago
+    /// when given; nil once the request is answered (401, or 503 and 500 when the token could not
+    /// be checked).
+    private func authenticate(_ request: HTTPRequest, _ responder: HTTPResponder, signedInWithin: Int64? = nil) -> String? {
         guard let token = RequestBodies.bearerToken(request.header("Authorization")) else {
             responder.respond(refuse("missing-token", "send the Firebase ID token as Authorization: Bearer <token>"))
             return nil
         }
-        switch tokens.verify(token) {
+        switch tokens.verify(token).flatMap({ user in
+            Result { () throws(TokenError) in
+                if let signedInWithin { try tokens.requireSignIn(user, within: signedInWithin) }
+                return user
+            }
+        }) {
         case .success(let user):
             return user.uid
         case .failure(let error) where error.code == .keysUnavailable:
@@ -159,6 +171,11 @@ final class Routes: Sendable {
             responder.respond(
                 internalError(
                     route: Self.label(method: request.method, path: request.path), "the Firebase ID token could not be checked", error.message))
+        case .failure(let error) where error.code == .requiresRecentLogin:
+            // RFC 9470's step-up challenge: the token is fine, the authentication is too old.
+            metrics.tokenFailure(error.code.rawValue)
+            let challenge = #"Bearer error="insufficient_user_authentication", max_age="\#(signedInWithin ?? 0)""#
+            responder.respond(.error(401, code: error.code.rawValue, message: error.message, headers: [("WWW-Authenticate", challenge)]))
         case .failure(let error):
             responder.respond(refuse(error.code.rawValue, error.message))
         }

@@ -12,7 +12,7 @@ struct ServeCommand: Subcommand {
         Usage: ledger serve [--store DIR] --listen HOST:PORT --firebase-project-id ID
                             [--firebase-certificates URL|FILE] [--service-token-file FILE]
                             [--tls-certificate FILE --tls-key FILE]
-                            [--clock-skew SECONDS] [--threads N] [--queue N] [--max-connections N]
+                            [--clock-skew SECONDS] [--delete-sign-in-age SECONDS] [--threads N] [--queue N] [--max-connections N]
                             [--max-connections-per-ip N] [--idle-timeout SECONDS] [--header-timeout SECONDS]
                             [--body-timeout SECONDS]
                             [--backfill-every DURATION [--backfill-window DURATION]
@@ -30,6 +30,8 @@ struct ServeCommand: Subcommand {
 
         --firebase-certificates  Google's x509 set (default), another URL, or a FILE with the same JSON
         --clock-skew             seconds tolerated on token exp/iat/auth_time (default 300)
+        --delete-sign-in-age     DELETE /v1/account needs a token whose user signed in (auth_time) at most
+                                 this many seconds ago, else 401 requires-recent-login (default 300)
         --threads                server threads (default: cores, at least 2)
         --queue                  submissions waiting for the writer before 503 (default 8192)
         --max-connections        open connections (default 1024); further ones are closed on accept
@@ -48,7 +50,8 @@ struct ServeCommand: Subcommand {
         """
     static let options = Set([
         "listen", "firebase-project-id", "firebase-certificates", "service-token-file", "tls-certificate", "tls-key",
-        "clock-skew", "threads", "queue", "max-connections", "max-connections-per-ip", "idle-timeout", "header-timeout", "body-timeout",
+        "clock-skew", "delete-sign-in-age", "threads", "queue", "max-connections", "max-connections-per-ip", "idle-timeout", "header-timeout",
+        "body-timeout",
         "backfill-every", "backfill-window",
     ]).union(AppleAPIOptions.names)
 
@@ -69,6 +72,10 @@ struct ServeCommand: Subcommand {
         var configuration = LedgerService.Configuration(
             http: http, firebaseProjectId: projectId, firebaseCertificates: try certificates(arguments.value("firebase-certificates")))
         if let skew = try arguments.integer("clock-skew") { configuration.clockSkew = Int64(skew) }
+        if let age = try arguments.integer("delete-sign-in-age") {
+            guard age > 0 else { throw CLIError.usage("--delete-sign-in-age \(age) is not a number of seconds (at least 1)") }
+            configuration.deletionSignInSeconds = Int64(age)
+        }
         if let queue = try arguments.integer("queue") { configuration.queueCapacity = max(1, queue) }
         if let path = arguments.value("service-token-file") {
             do {

@@ -41,7 +41,7 @@ import Testing
 
     @Test func aValidTokenProvesItsSubject() throws {
         let verifier = verifier()
-        #expect(try verifier.verify(Self.token()).get() == FirebaseUser(uid: "alice-uid", expiresAt: Self.now + 3600))
+        #expect(try verifier.verify(Self.token()).get() == FirebaseUser(uid: "alice-uid", expiresAt: Self.now + 3600, signedInAt: Self.now - 60))
         #expect(try verifier.verify(Self.token(uid: "bob", keyId: "test-key-2", signer: 2)).get().uid == "bob")
         #expect(try verifier.verify(Self.token(uid: String(repeating: "u", count: 128))).get().uid.count == 128)
     }
@@ -144,11 +144,29 @@ import Testing
         #expect(verifier(clockSkew: 0).verify(fourMinutesEarly).failure?.code == .issuedInFuture)
     }
 
+    /// A destructive request asks for a recent sign-in on top of a valid token: `auth_time` at most
+    /// the window (plus the clock skew) ago, checked against the clock at each request.
+    @Test func aRecentSignInIsRequiredOnlyWhereAsked() throws {
+        let clock = Clock()
+        let verifier = verifier(clockSkew: 60, clock: clock)
+        let user = try verifier.verify(try Self.token { $0["auth_time"] = Self.now - 100 }).get()
+        #expect(user.signedInAt == Self.now - 100)
+        try verifier.requireSignIn(user, within: 40)
+        clock.advance(1)
+        #expect(
+            throws: TokenError(
+                .requiresRecentLogin, "the user last signed in more than 40 seconds ago: sign in again, then retry with the new ID token")
+        ) {
+            try verifier.requireSignIn(user, within: 40)
+        }
+        try verifier.requireSignIn(user, within: 300)
+    }
+
     @Test func aTokenSeenBeforeIsAnsweredFromTheCacheWithItsTimesCheckedAgainOnEveryUse() throws {
         let clock = Clock()
         let verifier = verifier(clock: clock)
         let token = try Self.token()
-        let alice = FirebaseUser(uid: "alice-uid", expiresAt: Self.now + 3600)
+        let alice = FirebaseUser(uid: "alice-uid", expiresAt: Self.now + 3600, signedInAt: Self.now - 60)
         #expect(try verifier.verify(token).get() == alice)
         #expect(try verifier.verify(token).get() == alice)
         #expect(verifier.cacheCounts == (hits: 1, misses: 1))
@@ -160,7 +178,7 @@ import Testing
         #expect(verifier.verify(token).failure?.code == .issuedInFuture)
         let lateAuth = try Self.token { $0["auth_time"] = Self.now + 200 }
         clock.advance(301)
-        #expect(try verifier.verify(lateAuth).get() == alice)
+        #expect(try verifier.verify(lateAuth).get() == FirebaseUser(uid: "alice-uid", expiresAt: Self.now + 3600, signedInAt: Self.now + 200))
         clock.advance(-101)
         #expect(verifier.verify(lateAuth).failure?.code == .authTimeInFuture)
         #expect(verifier.cacheCounts == (hits: 4, misses: 2), "each refusal above came from the cached entry")

@@ -45,6 +45,18 @@ import Testing
         // Known: his denied submissions are recorded, under an account that owns nothing (docs/service.md).
         #expect(bob.json["known"] as? Bool == true)
 
+        // A token refreshed long after its user signed in still reads, but deletes nothing: the app
+        // signs the user in again first (Firebase's requires-recent-login).
+        let signedInAnHourAgo = [
+            "Authorization": "Bearer " + (try ServedLedger.token("alice-uid") { $0["auth_time"] = Int64(Date().timeIntervalSince1970) - 3_600 })
+        ]
+        #expect(try served.client.get("/v1/entitlements", headers: signedInAnHourAgo).status == 200)
+        let notRecent = try served.client.send("DELETE", "/v1/account", headers: signedInAnHourAgo)
+        #expect(notRecent.status == 401 && notRecent.json["code"] as? String == "requires-recent-login", "\(notRecent.text)")
+        #expect(notRecent.headers["www-authenticate"] == #"Bearer error="insufficient_user_authentication", max_age="300""#)
+        let afterRefusal = try served.client.get("/v1/entitlements", headers: try served.authorization("alice-uid"))
+        #expect((afterRefusal.json["entitlements"] as? [[String: Any]])?.first?["active"] as? Bool == true, "\(afterRefusal.text)")
+
         // Bob deleting his account changes nothing of alice's.
         #expect(try served.client.send("DELETE", "/v1/account", headers: try served.authorization("bob-uid")).status == 200)
         let stillAlice = try served.client.get("/v1/entitlements", headers: try served.authorization("alice-uid"))
@@ -315,6 +327,7 @@ import Testing
             (base + ["--listen", "127.0.0.1:\(served.port)", "--firebase-certificates", certificates], "cannot listen"),
             (base + ["--listen", "127.0.0.1:0", "--firebase-certificates", certificates, "--tls-key", "k.pem"], "go together"),
             (base + ["--listen", "127.0.0.1:0", "--firebase-certificates", certificates, "--header-timeout", "0"], "--header-timeout 0"),
+            (base + ["--listen", "127.0.0.1:0", "--firebase-certificates", certificates, "--delete-sign-in-age", "0"], "--delete-sign-in-age 0"),
             (
                 base + ["--listen", "127.0.0.1:0", "--firebase-certificates", certificates, "--max-connections-per-ip", "-1"],
                 "--max-connections-per-ip -1 is not a non-negative integer"
