@@ -94,7 +94,7 @@ final class LMDBEnvironment: @unchecked Sendable {
             // Mapping reserves address space only, but a limit on the process's virtual memory counts it.
             var error = LMDBError(code: opened, operation: "mdb_env_open(\(path))")
             error.advice =
-                "The store maps \(initialMapSize >> 20) MiB of address space (memory is used only as the store fills), more than this process may reserve: raise its virtual memory limit (ulimit -v)"
+                "The store maps \(initialMapSize >> 20) MiB of address space (memory is used only as the store fills), more than this process may reserve: raise its virtual memory limit (ulimit -v), or start the map smaller with \(MapSize.environmentVariable) (e.g. 1GiB: it doubles whenever the store fills it)"
             throw error
         }
         try lmdb(opened, "mdb_env_open(\(path))")
@@ -110,8 +110,9 @@ final class LMDBEnvironment: @unchecked Sendable {
 
     deinit { mdb_env_close(handle) }
 
-    /// Address space only: the file grows as pages are written, so a large map costs nothing until used.
-    static let defaultMapSize = 64 << 30
+    /// Address space only: the file grows as pages are written, so a large map costs nothing until
+    /// used. 64 GiB, or ``MapSize/environmentVariable``'s size (the map then grows as the store fills).
+    static let defaultMapSize = ProcessInfo.processInfo.environment[MapSize.environmentVariable].flatMap(MapSize.parse) ?? 64 << 30
 
     func database(_ name: String) -> MDB_dbi { databases[name] ?? 0 }
 
@@ -331,6 +332,26 @@ final class ReadWriteLock: @unchecked Sendable {
     func lockShared() { pthread_rwlock_rdlock(lock) }
     func lockExclusive() { pthread_rwlock_wrlock(lock) }
     func unlock() { pthread_rwlock_unlock(lock) }
+}
+
+/// The size of the map a store starts with, from `LEDGER_MAP_SIZE` (hosts with a virtual memory
+/// limit, `ulimit -v`, and memory tools such as valgrind cannot reserve the default 64 GiB).
+public enum MapSize {
+    public static let environmentVariable = "LEDGER_MAP_SIZE"
+    public static let minimum = 1 << 20
+    public static let maximum = 1 << 40
+    static let units: [(suffix: String, shift: Int)] = [("KiB", 10), ("MiB", 20), ("GiB", 30), ("TiB", 40)]
+
+    /// Bytes, rounded up to whole 4 KiB pages, of a decimal number of bytes or of KiB, MiB, GiB or
+    /// TiB (`1073741824`, `512MiB`, `1GiB`), from ``minimum`` to ``maximum``; nil for anything else.
+    public static func parse(_ text: String) -> Int? {
+        let unit = units.first { text.hasSuffix($0.suffix) }
+        let digits = unit.map { text.dropLast($0.suffix.count) } ?? Substring(text)
+        guard !digits.isEmpty, digits.count <= 13, digits.allSatisfy({ $0.isASCII && $0.isNumber }), let number = Int(digits) else { return nil }
+        let (bytes, overflow) = number.multipliedReportingOverflow(by: 1 << (unit?.shift ?? 0))
+        guard !overflow, (minimum...maximum).contains(bytes) else { return nil }
+        return (bytes + 4_095) / 4_096 * 4_096
+    }
 }
 
 /// Refuses a `data.mdb` that ends before a page in use before LMDB maps it: reading a page past the

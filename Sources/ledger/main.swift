@@ -6,6 +6,12 @@ Console.requireStandardDescriptors()
 let console = Console()
 var argv = Array(CommandLine.arguments.dropFirst())
 DamagedStoreStop.install(arguments: argv)
+if let mapSize = ProcessInfo.processInfo.environment[MapSize.environmentVariable], MapSize.parse(mapSize) == nil {
+    console.err(
+        "error: \(MapSize.environmentVariable)=\(mapSize) is not a map size: a number of bytes, or of KiB, MiB, GiB or TiB "
+            + "(1MiB to 1TiB), e.g. 1GiB")
+    exit(ExitCode.usage.rawValue)
+}
 LedgerStore.writerWaitNotice = {
     Console().err(
         "ledger: waiting for another process's write to this store to finish (LMDB lets one process write at a time; a stopped "

@@ -236,5 +236,46 @@ import Testing
             ])
         #expect(result.status == 3, "\(result.status) \(result.stderr)")
         #expect(result.stderr.contains("65536 MiB of address space") && result.stderr.contains("ulimit -v"), "\(result.stderr)")
+        #expect(result.stderr.contains("LEDGER_MAP_SIZE"), "\(result.stderr)")
+    }
+
+    /// `LEDGER_MAP_SIZE` starts the map smaller: the same limit then runs every command, and a map
+    /// smaller than the store grows as it fills.
+    @Test func aSmallerMapFromTheEnvironmentRunsUnderTheLimitAndGrows() throws {
+        let directory = TemporaryDirectory("map-size")
+        defer { directory.remove() }
+        let store = directory.path("store").path
+        let lines = (0..<2_000).map { index in
+            Fixtures.line([
+                "type": "purchase", "account": "uid-map-\(index)", "transaction": Fixtures.transaction(String(70_000 + index), at: t), "at": t,
+            ])
+        }
+        let input = directory.path("lines.jsonl")
+        try (lines.joined(separator: "\n") + "\n").write(to: input, atomically: true, encoding: .utf8)
+        let script = #"""
+            ulimit -v 4000000 && export LEDGER_MAP_SIZE=1MiB && "$0" init --store "$1" --bundle-id "$2" --environment Sandbox \
+            && "$0" submit --trust-decoded --store "$1" < "$3" > /dev/null && "$0" verify --store "$1"
+            """#
+        let result = try LedgerBinary.runProcess(
+            URL(fileURLWithPath: "/bin/sh"), ["-c", script, LedgerBinary.url.path, store, Fixtures.bundleId, input.path])
+        #expect(result.status == 0, "\(result.status) \(result.stderr)")
+        #expect(result.stdout.contains(#""intact":true"#), "\(result.stdout)")
+        let size = try #require(FileManager.default.attributesOfItem(atPath: store + "/data.mdb")[.size] as? Int)
+        #expect(size > 1 << 20, "the store outgrew the 1 MiB map it started with: \(size)")
+        let bad = try LedgerBinary.run(["verify", "--store", store], environment: ["LEDGER_MAP_SIZE": "lots"])
+        #expect(bad.status == 2 && bad.stderr.contains("LEDGER_MAP_SIZE=lots is not a map size"), "\(bad.stderr)")
+    }
+
+    @Test(arguments: [
+        ("1073741824", 1 << 30), ("1GiB", 1 << 30), ("512MiB", 512 << 20), ("1048577", (1 << 20) + 4_096), ("1024KiB", 1 << 20),
+        ("1TiB", 1 << 40),
+    ])
+    func mapSizesAreBytesOrBinaryUnitsInPages(text: String, bytes: Int) {
+        #expect(MapSize.parse(text) == bytes)
+    }
+
+    @Test(arguments: ["", "GiB", "1 GiB", "1GB", "1gib", "-1GiB", "+1GiB", "0", "1023KiB", "2TiB", "99999999999999GiB", "1.5GiB", "１GiB"])
+    func anythingElseIsNotAMapSize(text: String) {
+        #expect(MapSize.parse(text) == nil)
     }
 }
