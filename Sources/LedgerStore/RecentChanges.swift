@@ -6,8 +6,8 @@ import Projections
 /// Storage format 3's recent changes: the derived entries a commit would put at random keys (a
 /// lineage's index entry and read model in `lineages` and `read-models`, an account's vault entry
 /// under `u` in `identities`) are appended instead to one of 128 small databases, `recent-0` …
-/// `recent-127`, chosen by the key's top seven bits. Each commit then merges one region, in turn,
-/// into the main trees and empties it: the merge's puts fall into 1/128 of each tree's key range, so a
+/// `recent-127`, chosen by the key's top seven bits. Each commit then merges one region, in turn (one
+/// more per ``entriesPerMerge`` entries it appended), into the main trees and empties it: the merge's puts fall into 1/128 of each tree's key range, so a
 /// commit writes a bounded number of leaves however large the trees grow (format 2 wrote one leaf per
 /// line in each tree once the trees outgrew a commit). Every read consults both: a key's entries in its
 /// region are newer than its entries in the main trees.
@@ -27,6 +27,9 @@ enum Recent {
     /// main trees, after every region has been merged.
     static let directLimit = 16_384
     static let metaKey = Array("recent".utf8)
+    /// A commit merges one region per this many entries it appends (at least one): a region then
+    /// holds at most about this many entries whatever the commits' size.
+    static let entriesPerMerge = 2_560
 }
 
 /// What a region entry holds.
@@ -288,8 +291,9 @@ extension LMDBAccess {
         }
         open?.cursor.close()
         open = nil
-        try mergeRecent(region: next, in: regions)
-        try putRecentPosition(serial: serial, next: (next + 1) % Recent.regionCount)
+        let merges = Swift.max(1, (changes.count + Recent.entriesPerMerge - 1) / Recent.entriesPerMerge)
+        for step in 0..<merges { try mergeRecent(region: (next + step) % Recent.regionCount, in: regions) }
+        try putRecentPosition(serial: serial, next: (next + merges) % Recent.regionCount)
     }
 
     /// Puts region `region`'s changes into the main trees in key order and empties it.

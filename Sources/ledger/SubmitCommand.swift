@@ -20,9 +20,11 @@ struct SubmitCommand: Subcommand {
     static let options: Set<String> = []
     static let flags: Set<String> = ["trust-decoded", "sequential"]
 
-    /// The most lines read and verified at once, and so the largest commit of a stream. 2,000 was
-    /// measured no faster at 1M lines, with twice the memory (docs/benchmarks.md, "Session 29").
-    static let batchLines = 1_000
+    /// The most lines read and verified at once, and so the largest commit of a stream: a commit
+    /// writes fewer pages per line the more lines it holds (the regions' pages are per commit), and
+    /// the batches in flight take memory. 2,000: 1M lines in 0.93 of the wall time of 1,000-line
+    /// commits, peak heap 48 MiB against 33 (docs/benchmarks.md, "Session 32").
+    static let batchLines = 2_000
     /// Batches decided and waiting for their answers to be written: with the committer's queue (one
     /// batch waiting while one commits), what bounds the memory of a pipelined submit whatever the
     /// input's size.

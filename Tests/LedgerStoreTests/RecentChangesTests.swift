@@ -154,6 +154,28 @@ import Testing
         #expect(try ledger.binding(originalTransactionId: "6001").uid == "uid-recent-1")
     }
 
+    /// A commit merges one region per ``Recent/entriesPerMerge`` entries it appends (at least one),
+    /// in turn: a region holds about as many entries whatever the commits' size.
+    @Test func aLargeCommitMergesOneRegionPerEntriesItAppends() throws {
+        defer { directory.remove() }
+        let ledger = try newLedger()
+        func position() throws -> (serial: UInt64, next: Int) { try ledger.store.lmdbEngine.withWriteAccess { try $0.recentPosition() } }
+        try submit(ledger, .purchase, uid: "uid-recent-small", "8999")
+        let start = try position()
+        #expect(start.next == 1, "a small commit merges one region")
+        let submissions: [Ledger.Submission] = try (0..<1_500).map { index in
+            .transaction(
+                .purchase, uid: "uid-recent-large-\(index)", try Fixtures.payload(Fixtures.transaction("\(9_000 + index)", at: t)), .trustedDecoded)
+        }
+        _ = try ledger.submit(submissions, at: t)
+        let end = try position()
+        let appended = Int(end.serial - start.serial)
+        #expect(appended > Recent.entriesPerMerge, "\(appended) entries: more than one merge's")
+        #expect(end.next == start.next + (appended + Recent.entriesPerMerge - 1) / Recent.entriesPerMerge)
+        #expect(try (0..<1_500).allSatisfy { try ledger.binding(originalTransactionId: "\(9_000 + $0)").uid == "uid-recent-large-\($0)" })
+        #expect(try ledger.store.replay().isIntact)
+    }
+
     /// An erased identity stays readable nowhere: its vault entry leaves its region at once, not
     /// when the region is next merged.
     @Test func anErasedIdentityLeavesItsRegionAtOnce() throws {
