@@ -19,7 +19,7 @@ struct BenchCommand: Subcommand {
         ../shared/tools/gen_history.py: com.example.myrecipes, Production, 1234567890) and measures, on the
         trusted-decoded submit lines in FILE (`make bench-history` generates them):
           - decided lines/s in each of N equal chunks (default 10): lines parsed by the submit protocol,
-            then decided, appended and committed in groups of --commit-lines (default 1,000, as
+            then decided, appended and committed in groups of --commit-lines (default 2,000, as
             `ledger submit` commits); that rate (what the storage engine sustains) and the last chunk's
             over the first's (lastOverFirst); the submit rate, parsing, deciding and rendering one after
             the other on one thread as `ledger submit --sequential` does, in this process
