@@ -6,10 +6,11 @@ import Projections
 /// Storage format 3's recent changes: the derived entries a commit would put at random keys (a
 /// lineage's index entry and read model in `lineages` and `read-models`, an account's vault entry
 /// under `u` in `identities`) are appended instead to one of 128 small databases, `recent-0` …
-/// `recent-127`, chosen by the key's top seven bits. Each commit then merges one region, in turn (one
-/// more per ``entriesPerMerge`` entries it appended), into the main trees and empties it: the merge's puts fall into 1/128 of each tree's key range, so a
-/// commit writes a bounded number of leaves however large the trees grow (format 2 wrote one leaf per
-/// line in each tree once the trees outgrew a commit). Every read consults both: a key's entries in its
+/// `recent-127`, chosen by the key's top seven bits. Each commit then merges the next region in turn
+/// (one per ``Recent/entriesPerMerge`` entries it appended, at least one) into the main trees and
+/// empties it: a merge's puts fall into 1/128 of each tree's key range, so a commit writes a bounded
+/// number of leaves however large the trees grow (format 2 wrote one leaf per line in each tree once
+/// the trees outgrew a commit). Every read consults both: a key's entries in its
 /// region are newer than its entries in the main trees.
 ///
 /// A region's entries: u64 serial (big-endian, appended with `MDB_APPEND`) → kind ‖ key(16) ‖ payload
@@ -249,7 +250,8 @@ extension LMDBAccess {
         try putMeta(Recent.metaKey, value)
     }
 
-    /// Appends `changes` to their regions in order, then merges the next region.
+    /// Appends `changes` to their regions in order, then merges the next regions in turn: one per
+    /// ``Recent/entriesPerMerge`` changes, at least one.
     func appendRecent(_ changes: [RecentChange], in regions: RecentRegions) throws {
         var (serial, next) = try recentPosition()
         let ordered = changes.indices.sorted { a, b in
