@@ -136,13 +136,14 @@ public final class GroupCommitter: @unchecked Sendable {
             onCommit?(Commit(submissions: requests.reduce(0) { $0 + $1.size }, requests: requests.count, seconds: seconds))
             guard deferringSync, let durability = ledger.store.durability else {
                 complete((requests, results))
+                Disposal.shared.release(consume requests)
                 condition.withLock { committing = 0 }
                 continue
             }
             held.append(((requests, results), durability.committed))
             while let first = held.first, first.group <= durability.durable {
                 complete(first.decided)
-                held.removeFirst()
+                Disposal.shared.release(held.removeFirst())
             }
             // Sync now when nothing is queued (no next commit is coming to cover these), or when this
             // commit covered nothing (it wrote nothing, or failed): never hold an answer for longer.
@@ -172,7 +173,9 @@ public final class GroupCommitter: @unchecked Sendable {
             let failure = SyncFailure(description: "the commit could not be made durable (\(error)); it may not survive a crash: send it again")
             for entry in held { complete((entry.decided.requests, entry.decided.results.map { _ in .failure(failure) })) }
         }
+        let completed = held
         held = []
+        Disposal.shared.release(consume completed)
     }
 
     /// A sync that failed after its commits: their answers cannot say they are durable.

@@ -162,6 +162,7 @@ public final class Ledger: @unchecked Sendable {
                 }
             }
             try writer.apply(group.batch())
+            Disposal.shared.release(consume group)
             return decisions
         }
         return try deferringSync ? store.writeDeferringSync(body) : store.write(body)
