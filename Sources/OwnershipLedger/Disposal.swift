@@ -2,7 +2,7 @@ import Dispatch
 
 /// Frees what a commit leaves behind (its write group's tables, the requests it decided) on a
 /// thread of its own instead of the writer's. The writer is what bounds a pipelined submit, and
-/// freeing a 2,000-line commit's tens of thousands of objects took about a tenth of its CPU time
+/// freeing a 2,000-line commit's tens of thousands of objects took about 6% of its CPU time
 /// (docs/benchmarks.md, "Session 33").
 ///
 /// At most ``inFlight`` values wait to be freed: past that, ``release(_:)`` waits for the oldest,
