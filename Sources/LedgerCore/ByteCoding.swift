@@ -100,7 +100,9 @@ public struct ByteReader {
         self.offset = offset
     }
 
-    /// Runs `body` with a reader over `bytes`.
+    /// Runs `body` with a reader over `bytes`. Inlinable, so that each caller gets it specialized for
+    /// its result type (a generic call cost more than the decoding of a lineage's read model).
+    @inlinable
     public static func reading<T>(_ bytes: [UInt8], _ body: (inout ByteReader) throws(DecodingFailure) -> T) throws(DecodingFailure) -> T {
         let result: Result<T, DecodingFailure> = bytes.withUnsafeBytes { raw in
             var reader = ByteReader(raw)
