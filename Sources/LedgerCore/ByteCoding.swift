@@ -252,7 +252,10 @@ public struct ByteReader {
     private mutating func utf8(count: Int) throws(DecodingFailure) -> String {
         let start = offset
         try ensure(count)
-        guard let text = String(validating: UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + count]), as: UTF8.self) else {
+        let bytes = UnsafeRawBufferPointer(rebasing: buffer[offset..<offset + count])
+        // ASCII (product ids, most stored text) is valid UTF-8 as it is: copied without the validator.
+        let ascii = bytes.allSatisfy { $0 < 0x80 }
+        guard let text = ascii ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self) else {
             throw DecodingFailure("invalid UTF-8 in string at offset \(start)")
         }
         offset += count
