@@ -107,10 +107,20 @@ struct StoredRecordDictionary: Equatable {
 
     private func longestEntry(in c: UnsafeBufferPointer<UInt8>, at i: Int) -> Int? {
         var best: Int?
+        var bestCount = 0
         for k in startingWith[Int(c[i])] {
-            let entry = entries[Int(k)]
-            guard i + entry.count <= c.count, entry.count > best.map({ entries[$0].count }) ?? 0 else { continue }
-            if entry.elementsEqual(c[i..<i + entry.count]) { best = Int(k) }
+            // Compared in place with `memcmp` (a generic `elementsEqual` of an array against a slice
+            // stepped through both a byte at a time).
+            let matches = entries[Int(k)].withUnsafeBufferPointer { entry in
+                guard entry.count > bestCount, i + entry.count <= c.count, let start = entry.baseAddress, let here = c.baseAddress else {
+                    return false
+                }
+                return memcmp(start, here + i, entry.count) == 0
+            }
+            if matches {
+                best = Int(k)
+                bestCount = entries[Int(k)].count
+            }
         }
         return best
     }

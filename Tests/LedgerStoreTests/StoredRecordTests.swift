@@ -60,6 +60,26 @@ import Testing
         #expect(StoredRecordDictionary().storedForm(of: canonical) == nil)
     }
 
+    @Test func theLongestEntryThatMatchesIsTheOneReferred() throws {
+        let short = Array("monthly-plan".utf8)
+        let long = Array("monthly-plan-family".utf8)
+        let other = Array("monthly-pass".utf8)
+        let dictionary = StoredRecordDictionary([short, other, long])
+        let header: [UInt8] = [2] + Array(repeating: 0, count: 22)
+        // Where the longer entry is there, it is the one referred to (two bytes for its 19)...
+        let both = header + long + [0x20] + short + [0x20] + Array("monthly-plan-fam".utf8)
+        let stored = try #require(dictionary.storedForm(of: both))
+        #expect(stored.count == both.count - (long.count - 2) - (short.count - 2) - (short.count - 2))
+        #expect(Array(stored[23..<25]) == [StoredRecordDictionary.escape, 3], "the 19-byte entry, not the 12-byte one it starts with")
+        var expanded: [UInt8] = []
+        try stored.withUnsafeBytes { try dictionary.expand($0, into: &expanded) }
+        #expect(expanded == both)
+        // ...and an entry longer than what is left is not matched past the end.
+        let cut = header + Array("monthly-plan-fa".utf8)
+        let storedCut = try #require(dictionary.storedForm(of: cut))
+        #expect(Array(storedCut[23...]) == [StoredRecordDictionary.escape, 1] + Array("-fa".utf8))
+    }
+
     @Test func damagedStoredBytesAreRefusedNotExpanded() {
         let dictionary = StoredRecordDictionary([productEntry()])
         let header: [UInt8] = [StoredRecordDictionary.marker] + Array(repeating: 1, count: 22)
