@@ -89,7 +89,9 @@ struct RecentChange {
 
 /// The writer's view of the regions, kept between its write transactions so that a lookup does not
 /// scan a region: valid while `transaction` is the last committed LMDB transaction (another
-/// process's commit in between, or an aborted transaction, makes it reload).
+/// process's commit in between, or an aborted transaction, makes it reload). A region's view is read
+/// the first time a write transaction needs it (``LMDBAccess/cache(of:in:)``), so a process that
+/// writes a few lines into a large store reads only the regions those lines touch.
 final class RecentCache: @unchecked Sendable {
     struct Lineage {
         /// The serial of the lineage's newest read model in its region; 0 when none.
@@ -105,12 +107,20 @@ final class RecentCache: @unchecked Sendable {
     }
 
     var regions = [Region](repeating: Region(), count: Recent.regionCount)
+    /// Whether each region's view has been read since the cache was last emptied.
+    var loaded = [Bool](repeating: false, count: Recent.regionCount)
     /// The LMDB transaction the cache reflects; nil when unknown.
     var transaction: UInt64?
     /// Whether the current write transaction changed the regions (so it is committed as its own id).
     var wrote = false
     /// Held for the whole of a write transaction and the cache's update after it.
     let lock = NSLock()
+
+    /// Forgets every region's view: each is read again when next needed.
+    func empty() {
+        regions = [Region](repeating: Region(), count: Recent.regionCount)
+        loaded = [Bool](repeating: false, count: Recent.regionCount)
+    }
 
     func note(_ serial: UInt64, _ kind: RecentKind, _ key: Key128, _ payload: UnsafeRawBufferPointer) {
         let region = Recent.region(of: key)
@@ -167,7 +177,7 @@ extension LMDBAccess {
     /// A lineage's entries in its region, oldest first (the cache's in a write transaction).
     func recentEntries(_ lineage: Key128, in regions: RecentRegions) throws -> [LineageEntryValue] {
         let region = Recent.region(of: lineage)
-        if let cache = regions.cache { return cache.regions[region].lineages[lineage]?.entries ?? [] }
+        if let cache = try cache(of: region, in: regions) { return cache.regions[region].lineages[lineage]?.entries ?? [] }
         var entries: [LineageEntryValue] = []
         try forEachRecent(in: regions, region: region) { _, kind, key, payload in
             if key == lineage, kind == .lineageEntry { entries.append(LineageEntryValue(payload)) }
@@ -179,7 +189,7 @@ extension LMDBAccess {
     /// LMDB's: valid until the transaction writes.
     func recentReadModel(_ lineage: Key128, in regions: RecentRegions) throws -> UnsafeRawBufferPointer? {
         let region = Recent.region(of: lineage)
-        if let cache = regions.cache {
+        if let cache = try cache(of: region, in: regions) {
             guard let serial = cache.regions[region].lineages[lineage]?.readModel, serial != 0 else { return nil }
             return try recentPayload(in: regions, region: region, serial: serial)
         }
@@ -193,7 +203,7 @@ extension LMDBAccess {
     /// A vault key's pseudonym in its region; nil when the region holds none.
     func recentVault(_ vaultKey: Key128, in regions: RecentRegions) throws -> AccountID? {
         let region = Recent.region(of: vaultKey)
-        if let cache = regions.cache { return cache.regions[region].vault[vaultKey] }
+        if let cache = try cache(of: region, in: regions) { return cache.regions[region].vault[vaultKey] }
         var found: AccountID?
         try forEachRecent(in: regions, region: region) { _, kind, key, payload in
             if key == vaultKey, kind == .vaultPut { found = AccountID(Key128(loading: payload, at: 0)) }
@@ -205,7 +215,7 @@ extension LMDBAccess {
     /// readable nowhere, not even until its region is merged).
     func eraseRecentVault(_ vaultKey: Key128, in regions: RecentRegions) throws {
         let region = Recent.region(of: vaultKey)
-        if let cache = regions.cache, cache.regions[region].vault[vaultKey] == nil { return }
+        if let cache = try cache(of: region, in: regions), cache.regions[region].vault[vaultKey] == nil { return }
         var serials: [UInt64] = []
         try forEachRecent(in: regions, region: region) { serial, kind, key, _ in
             if key == vaultKey, kind == .vaultPut { serials.append(serial) }
@@ -265,6 +275,8 @@ extension LMDBAccess {
         for index in ordered {
             let change = changes[index]
             let region = Recent.region(of: change.key)
+            // The region's view is read before this change is appended, so it is noted once.
+            let cache = try cache(of: region, in: regions)
             value.removeAll(keepingCapacity: true)
             value.append(change.kind.rawValue)
             change.key.withBytes { value.append(contentsOf: $0) }
@@ -285,8 +297,8 @@ extension LMDBAccess {
                     "the recent-change position in meta (serial \(serial)) is behind the entries of \(Recent.names[region]): nothing was written; restore the store from a backup"
                 )
             }
-            regions.cache?.wrote = true
-            if let cache = regions.cache {
+            if let cache {
+                cache.wrote = true
                 change.withPayload { cache.note(serial, change.kind, change.key, $0) }
             }
             serial += 1
@@ -323,6 +335,7 @@ extension LMDBAccess {
         }
         try txn.clear(regions.databases[region])
         regions.cache?.regions[region] = RecentCache.Region()
+        regions.cache?.loaded[region] = true
         regions.cache?.wrote = true
     }
 
@@ -334,15 +347,20 @@ extension LMDBAccess {
         }
     }
 
-    /// Fills `cache` from the regions (a writer's first transaction, or after another process wrote),
-    /// checking that the store's next serial is past every entry's.
+    /// Empties `cache` (a writer's first transaction, or after another process wrote), checking that
+    /// the store's next serial is past every region's last entry: each region's view is then read
+    /// when first needed (``cache(of:in:)``).
     func reload(_ cache: RecentCache, in regions: RecentRegions) throws {
-        cache.regions = [RecentCache.Region](repeating: RecentCache.Region(), count: Recent.regionCount)
+        cache.empty()
         var last: UInt64 = 0
-        for region in 0..<Recent.regionCount {
-            try forEachRecent(in: regions, region: region) { serial, kind, key, payload in
-                cache.note(serial, kind, key, payload)
-                last = Swift.max(last, serial)
+        for (region, database) in regions.databases.enumerated() {
+            let cursor = try txn.cursor(database)
+            defer { cursor.close() }
+            if let (key, _) = try cursor.get(MDB_LAST) {
+                guard key.count == 8 else {
+                    throw corrupt("an entry of \(Recent.names[region]) with a key of \(key.count) bytes: restore the store from a backup")
+                }
+                last = Swift.max(last, UInt64(bigEndian: key.loadUnaligned(as: UInt64.self)))
             }
         }
         let next = try recentPosition().serial
@@ -350,6 +368,18 @@ extension LMDBAccess {
             throw corrupt(
                 "the recent-change position in meta (serial \(next)) is not past the regions' last entry (\(last)): restore the store from a backup")
         }
+    }
+
+    /// The writer's cache with region `region`'s view read (from the region, the first time since the
+    /// cache was emptied); nil outside the writer's transactions.
+    func cache(of region: Int, in regions: RecentRegions) throws -> RecentCache? {
+        guard let cache = regions.cache else { return nil }
+        if !cache.loaded[region] {
+            cache.regions[region] = RecentCache.Region()
+            try forEachRecent(in: regions, region: region) { serial, kind, key, payload in cache.note(serial, kind, key, payload) }
+            cache.loaded[region] = true
+        }
+        return cache
     }
 
     // MARK: Reading the main trees with the regions merged in

@@ -224,6 +224,35 @@ import Testing
         #expect(try ledger.store.replay().isIntact)
     }
 
+    /// A writer reads a region's view the first time a write transaction needs it, not every region
+    /// when it opens: a change appended to a region not read yet is noted once, after the entries the
+    /// region held, and the other regions stay unread.
+    @Test func aRegionIsReadWhenAWriteFirstNeedsIt() throws {
+        defer { directory.remove() }
+        let ledger = try newLedger()
+        try submit(ledger, .purchase, uid: "uid-lazy-a", "5400")
+        try submit(ledger, .purchase, uid: "uid-lazy-b", "5401")
+        let lineage = try ledger.store.keys.lineage(environment: "Sandbox", originalTransactionId: "5400")
+        let region = Recent.region(of: lineage.key)
+        try ledger.store.lmdbEngine.withWriteAccess { engineAccess in
+            let cache = RecentCache()
+            let regions = RecentRegions(databases: try #require(engineAccess.recent).databases, cache: cache)
+            let access = LMDBAccess(txn: engineAccess.txn, db: engineAccess.db, recent: regions)
+            try access.reload(cache, in: regions)
+            #expect(!cache.loaded.contains(true))
+            let recorded = try access.sequences(ofLineage: lineage, through: .max)
+            #expect(recorded.count == 1)
+            #expect(cache.loaded.indices.filter { cache.loaded[$0] } == [region])
+            // Emptied again: the append below is the first to need the lineage's region.
+            try access.reload(cache, in: regions)
+            let merged = try access.recentPosition().next
+            try access.appendRecent(
+                [RecentChange(kind: .lineageEntry, key: lineage.key, fixed: LineageEntryValue(sequence: 1_000, command: 7).buffer)], in: regions)
+            #expect(try access.sequences(ofLineage: lineage, through: .max) == recorded + [1_000])
+            #expect(Set(cache.loaded.indices.filter { cache.loaded[$0] }) == [region, merged])
+        }
+    }
+
     @Test func aDamagedRegionEntryIsReportedNamingItsDatabase() throws {
         defer { directory.remove() }
         do {
