@@ -107,8 +107,9 @@ final class RecentCache: @unchecked Sendable {
     }
 
     var regions = [Region](repeating: Region(), count: Recent.regionCount)
-    /// Whether each region's view has been read since the cache was last emptied.
-    var loaded = [Bool](repeating: false, count: Recent.regionCount)
+    /// Whether each region's view has been read since the cache was last emptied (checked on every
+    /// lookup and append: a plain buffer, without the exclusivity checks of a stored array).
+    let loaded = UnsafeMutableBufferPointer<Bool>.allocate(capacity: Recent.regionCount)
     /// The LMDB transaction the cache reflects; nil when unknown.
     var transaction: UInt64?
     /// Whether the current write transaction changed the regions (so it is committed as its own id).
@@ -116,10 +117,14 @@ final class RecentCache: @unchecked Sendable {
     /// Held for the whole of a write transaction and the cache's update after it.
     let lock = NSLock()
 
+    init() { loaded.initialize(repeating: false) }
+
+    deinit { loaded.deallocate() }
+
     /// Forgets every region's view: each is read again when next needed.
     func empty() {
         regions = [Region](repeating: Region(), count: Recent.regionCount)
-        loaded = [Bool](repeating: false, count: Recent.regionCount)
+        loaded.update(repeating: false)
     }
 
     func note(_ serial: UInt64, _ kind: RecentKind, _ key: Key128, _ payload: UnsafeRawBufferPointer) {
@@ -275,8 +280,6 @@ extension LMDBAccess {
         for index in ordered {
             let change = changes[index]
             let region = Recent.region(of: change.key)
-            // The region's view is read before this change is appended, so it is noted once.
-            let cache = try cache(of: region, in: regions)
             value.removeAll(keepingCapacity: true)
             value.append(change.kind.rawValue)
             change.key.withBytes { value.append(contentsOf: $0) }
@@ -286,6 +289,8 @@ extension LMDBAccess {
                 end = open.cursor
             } else {
                 open?.cursor.close()
+                // The region's view is read before its first change is appended, so each is noted once.
+                _ = try cache(of: region, in: regions)
                 end = try txn.cursor(regions.databases[region])
                 open = (region, end)
             }
@@ -297,7 +302,7 @@ extension LMDBAccess {
                     "the recent-change position in meta (serial \(serial)) is behind the entries of \(Recent.names[region]): nothing was written; restore the store from a backup"
                 )
             }
-            if let cache {
+            if let cache = regions.cache {
                 cache.wrote = true
                 change.withPayload { cache.note(serial, change.kind, change.key, $0) }
             }
@@ -372,6 +377,7 @@ extension LMDBAccess {
 
     /// The writer's cache with region `region`'s view read (from the region, the first time since the
     /// cache was emptied); nil outside the writer's transactions.
+    @inline(__always)
     func cache(of region: Int, in regions: RecentRegions) throws -> RecentCache? {
         guard let cache = regions.cache else { return nil }
         if !cache.loaded[region] {
