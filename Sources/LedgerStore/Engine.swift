@@ -313,5 +313,11 @@ public enum SealedUID {
     public static let label = Array("ownership-ledger/identity-seal/pseudonym/v1".utf8)
 
     /// The associated data of a UID sealed under `account`: ``label`` ‖ 0 ‖ the pseudonym's 16 bytes.
-    public static func associatedData(_ account: AccountID) -> [UInt8] { label + [0] + account.bytes }
+    public static func associatedData(_ account: AccountID) -> [UInt8] {
+        var data = label
+        data.reserveCapacity(label.count + 17)
+        data.append(0)
+        account.key.withBytes { data.append(contentsOf: $0) }
+        return data
+    }
 }

@@ -13,6 +13,8 @@ public struct LedgerKeys: Sendable {
     private let commandKey: HMACSHA256Key
     private let vaultSecret: HMACSHA256Key
     let sealKey: [UInt8]
+    /// ``sealKey`` with its cipher contexts kept for reuse (every seal and open of a UID goes through it).
+    let sealing: SealingKey
     /// Stored in the metadata at creation: opening with another key file is refused.
     let checkValue: [UInt8]
 
@@ -23,6 +25,7 @@ public struct LedgerKeys: Sendable {
         commandKey = try HMACSHA256Key(derive("event-id"))
         vaultSecret = try HMACSHA256Key(derive("identity-vault"))
         sealKey = try derive("identity-seal")
+        sealing = try SealingKey(sealKey)
         checkValue = try derive("key-check")
     }
 

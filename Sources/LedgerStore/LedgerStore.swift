@@ -364,9 +364,9 @@ public final class LedgerStore: @unchecked Sendable {
     public func openSealedUID(_ sealed: [UInt8], of account: AccountID) throws -> [UInt8]? {
         switch sealed.first {
         case SealedUID.bound:
-            return try SealedBox.openIfAuthentic(Array(sealed.dropFirst()), key: keys.sealKey, associatedData: SealedUID.associatedData(account))
+            return try keys.sealing.openIfAuthentic(Array(sealed.dropFirst()), associatedData: SealedUID.associatedData(account))
         case SealedUID.legacy:
-            return try SealedBox.openIfAuthentic(Array(sealed.dropFirst()), key: keys.sealKey)
+            return try keys.sealing.openIfAuthentic(Array(sealed.dropFirst()))
         default:
             return nil
         }
@@ -424,7 +424,7 @@ public final class LedgerStore: @unchecked Sendable {
 
     /// `uid` sealed under `account`, bound to it (``SealedUID/bound``), as the engines store it.
     public func sealUID(_ uid: [UInt8], under account: AccountID, random: RandomPool) throws -> [UInt8] {
-        [SealedUID.bound] + (try SealedBox.seal(uid, key: keys.sealKey, associatedData: SealedUID.associatedData(account), random: random))
+        [SealedUID.bound] + (try keys.sealing.seal(uid, associatedData: SealedUID.associatedData(account), random: random))
     }
 
     /// Random bytes one new pseudonym takes: 10 of its own, 12 for its seal's nonce.

@@ -93,7 +93,7 @@ import Testing
         let sealed = try SealedBox.seal(Array("uid".utf8), key: key)
         #expect(try SealedBox.open(sealed, key: key) == Array("uid".utf8))
         let shortKey = try #require(throws: CryptoError.self) { try SealedBox.seal([1], key: [1, 2]) }
-        #expect(shortKey.description == "AES-GCM seal failed: the key is 2 bytes, not 32")
+        #expect(shortKey.description == "AES-GCM key failed: the key is 2 bytes, not 32")
         let short = try #require(throws: CryptoError.self) { try SealedBox.open(Array(sealed.prefix(27)), key: key) }
         #expect(short.description == "AES-GCM open failed: the sealed value is 27 bytes, shorter than nonce and tag")
         var tampered = sealed
@@ -143,5 +143,42 @@ import Testing
         let sealed = try (0..<20).map { try SealedBox.seal(Array("uid-\($0)".utf8), key: key, random: pool) }
         #expect(Set(sealed.map { $0.prefix(12) }).count == 20)
         for (index, value) in sealed.enumerated() { #expect(try SealedBox.open(value, key: key) == Array("uid-\(index)".utf8)) }
+    }
+
+    /// A ``SealingKey`` reuses its cipher contexts: every value it seals opens to itself, with its own
+    /// nonce and associated data, also right after a value that failed authentication and from several
+    /// threads at once; what it seals opens with a one-off key, and the other way round.
+    @Test func aSealingKeyReusesItsContextsWithoutMixingValues() throws {
+        let key = try Digest.randomBytes(32)
+        let sealing = try SealingKey(key)
+        let pool = RandomPool(blockSize: 4_096)
+        let values = (0..<40).map { Array("uid-\($0)-".utf8) + [UInt8](repeating: UInt8($0), count: $0) }
+        let sealed = try values.indices.map { try sealing.seal(values[$0], associatedData: [UInt8($0)], random: pool) }
+        #expect(Set(sealed.map { $0.prefix(12) }).count == values.count)
+        for (index, value) in sealed.enumerated() {
+            var tampered = value
+            tampered[12 + index % (tampered.count - 12)] ^= 1
+            #expect(try sealing.openIfAuthentic(tampered, associatedData: [UInt8(index)]) == nil)
+            #expect(try sealing.openIfAuthentic(value, associatedData: [UInt8(index + 1)]) == nil)
+            #expect(try sealing.open(value, associatedData: [UInt8(index)]) == values[index])
+            #expect(try SealedBox.open(value, key: key, associatedData: [UInt8(index)]) == values[index])
+        }
+        let oneOff = try SealedBox.seal(values[7], key: key, associatedData: [9])
+        #expect(try sealing.open(oneOff, associatedData: [9]) == values[7])
+        #expect(throws: CryptoError.self) { try SealingKey([1, 2]) }
+
+        let wrong = NSLock()
+        nonisolated(unsafe) var mismatches = 0
+        DispatchQueue.concurrentPerform(iterations: 8) { thread in
+            let threadPool = RandomPool(blockSize: 256)
+            for round in 0..<200 {
+                let index = (thread * 7 + round) % sealed.count
+                let value = Array("uid-\(thread)-\(round)".utf8)
+                let roundTrip = try? sealing.open(sealing.seal(value, random: threadPool))
+                let earlier = try? sealing.open(sealed[index], associatedData: [UInt8(index)])
+                if roundTrip != value || earlier != values[index] { wrong.withLock { mismatches += 1 } }
+            }
+        }
+        #expect(mismatches == 0)
     }
 }

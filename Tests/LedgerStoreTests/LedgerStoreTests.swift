@@ -210,6 +210,13 @@ import Testing
         try SealedBox.seal(Array(uid.utf8), key: store.keys.sealKey)
     }
 
+    /// Every bound seal ever written authenticates this exact associated data: the label, a zero byte,
+    /// the pseudonym's 16 bytes (docs/storage-format.md). A change would make every stored UID unreadable.
+    @Test func aBoundSealsAssociatedDataIsTheLabelAZeroByteAndThePseudonym() {
+        let account = AccountID(Key128(high: 0x0102_0304_0506_0708, low: 0x090A_0B0C_0D0E_0F10))
+        #expect(SealedUID.associatedData(account) == Array("ownership-ledger/identity-seal/pseudonym/v1".utf8) + [0] + Array(1...16))
+    }
+
     @Test func sealedUIDsGrowAtTheVaultsEndAndThoseOfEarlierStoresStillReadAndErase() throws {
         let store = try newStore()
         defer { directory.remove() }
