@@ -11,7 +11,10 @@ public enum Decider {
     /// Decides `command` against `state` at time `at`.
     /// - Complexity: O(lineages bound to the account) for a deletion, O(1) otherwise.
     public static func decide(_ command: Command, state: LedgerState, at: Timestamp) -> [LedgerEvent] {
-        var events = [command.fact]
+        // The fact, the decision and usually one or two effects: room for four, so the array is allocated once.
+        var events: [LedgerEvent] = []
+        events.reserveCapacity(4)
+        events.append(command.fact)
         let decision: DecisionIssued
         switch command {
         case .submitTransaction(let submission):
