@@ -315,33 +315,39 @@ extension LMDBAccess {
         try putRecentPosition(serial: serial, next: (next + merges) % Recent.regionCount)
     }
 
-    /// Puts region `region`'s changes into the main trees in key order and empties it.
+    /// Puts region `region`'s changes into the main trees in key order and empties it. They are taken
+    /// from the writer's view of the region (``RecentCache``), which holds what a scan of the region
+    /// would find, without scanning it: only each lineage's newest read model is read, by its serial.
     func mergeRecent(region: Int, in regions: RecentRegions) throws {
-        let overlay = try recentOverlay(in: regions, region: region)
+        // Only a write transaction merges, and it has the writer's view.
+        guard let cache = try cache(of: region, in: regions) else { throw corrupt("\(Recent.names[region]) merged outside a write transaction") }
+        let changed = cache.regions[region].lineages.sorted { $0.key < $1.key }
         // The region's keys are one range of each tree, put in key order through one cursor per tree.
         let lineages = try txn.cursor(db.lineages)
         defer { lineages.close() }
-        for (lineage, entry) in overlay.lineageEntries {
+        for (lineage, view) in changed {
             try KeyBuffer(lineage).with { k in
-                try entry.buffer.with { v in _ = try lineages.put(k, v, flags: MDB_NODUPDATA) }
+                for entry in view.entries { try entry.buffer.with { v in _ = try lineages.put(k, v, flags: MDB_NODUPDATA) } }
             }
         }
         let readModels = try txn.cursor(db.readModels)
         defer { readModels.close() }
-        for (lineage, stored) in overlay.readModels {
-            try KeyBuffer(ReadModel.lineagePrefix, lineage).with { k in
-                try stored.withUnsafeBytes { v in _ = try readModels.put(k, v) }
-            }
+        // A read model's bytes are LMDB's, valid only until the next write: copied out first.
+        var stored: [UInt8] = []
+        for (lineage, view) in changed where view.readModel != 0 {
+            stored.removeAll(keepingCapacity: true)
+            stored.append(contentsOf: try recentPayload(in: regions, region: region, serial: view.readModel))
+            try KeyBuffer(ReadModel.lineagePrefix, lineage).with { k in try stored.withUnsafeBytes { v in _ = try readModels.put(k, v) } }
         }
         let identities = try txn.cursor(db.identities)
         defer { identities.close() }
-        for (vaultKey, account) in overlay.vault {
+        for (vaultKey, account) in cache.regions[region].vault.sorted(by: { $0.key < $1.key }) {
             try KeyBuffer(Self.vaultPrefix, vaultKey).with { k in try account.key.withBytes { v in _ = try identities.put(k, v) } }
         }
         try txn.clear(regions.databases[region])
-        regions.cache?.regions[region] = RecentCache.Region()
-        regions.cache?.loaded[region] = true
-        regions.cache?.wrote = true
+        cache.regions[region] = RecentCache.Region()
+        cache.loaded[region] = true
+        cache.wrote = true
     }
 
     /// Merges every region that holds changes (before a write that goes straight into the main trees).

@@ -264,6 +264,38 @@ import Testing
         }
     }
 
+    /// A merge takes a region's changes from the writer's view of it: every `lineages` entry, and only
+    /// the newest read model of a lineage that changed twice before its region was merged.
+    @Test func aMergeKeepsEveryEntryAndTheNewestReadModel() throws {
+        defer { directory.remove() }
+        let ledger = try newLedger()
+        try submit(ledger, .purchase, uid: "uid-merge-other", "7000")
+        // A lineage whose region the next two commits do not merge, so both its changes wait there.
+        let next = try ledger.store.lmdbEngine.withWriteAccess { try $0.recentPosition().next }
+        let id = try #require(
+            (7100..<7200).map(String.init).first { id in
+                try ![next, next + 1].contains(Recent.region(of: ledger.store.keys.lineage(environment: "Sandbox", originalTransactionId: id).key))
+            })
+        let lineage = try ledger.store.keys.lineage(environment: "Sandbox", originalTransactionId: id)
+        let renewedAt = t + 30 * Fixtures.day
+        let purchase = Ledger.Submission.transaction(.purchase, uid: "uid-merge", try Fixtures.payload(Fixtures.transaction(id, at: t)), .trustedDecoded)
+        let renewal = Ledger.Submission.transaction(
+            .renewal, uid: "uid-merge", try Fixtures.payload(Fixtures.transaction(id, transactionId: "\(id)2", at: renewedAt)), .trustedDecoded)
+        _ = try ledger.submit(purchase, at: t)
+        _ = try ledger.submit(renewal, at: renewedAt)
+        let held = try regionEntries(ledger.store).filter { $0.2 == lineage.key }
+        #expect(held.filter { $0.1 == .readModel }.count == 2 && held.filter { $0.1 == .lineageEntry }.count == 2, "\(held)")
+        func state() throws -> LineageState? { try ledger.store.read { try $0.lineageStates([lineage])[lineage] } }
+        let before = try state()
+        #expect(before?.entitlement?.expiresAt == renewedAt + 30 * Fixtures.day)
+
+        try ledger.store.lmdbEngine.withWriteAccess { access in try access.putReadModels([]) }
+        #expect(try regionEntries(ledger.store).isEmpty)
+        #expect(try state() == before)
+        #expect(try ledger.store.read { try $0.sequences(ofLineage: lineage, through: .max) }.count == 2)
+        #expect(try ledger.store.replay().isIntact)
+    }
+
     @Test func aDamagedRegionEntryIsReportedNamingItsDatabase() throws {
         defer { directory.remove() }
         do {
