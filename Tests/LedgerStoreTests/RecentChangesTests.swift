@@ -278,7 +278,8 @@ import Testing
             })
         let lineage = try ledger.store.keys.lineage(environment: "Sandbox", originalTransactionId: id)
         let renewedAt = t + 30 * Fixtures.day
-        let purchase = Ledger.Submission.transaction(.purchase, uid: "uid-merge", try Fixtures.payload(Fixtures.transaction(id, at: t)), .trustedDecoded)
+        let purchase = Ledger.Submission.transaction(
+            .purchase, uid: "uid-merge", try Fixtures.payload(Fixtures.transaction(id, at: t)), .trustedDecoded)
         let renewal = Ledger.Submission.transaction(
             .renewal, uid: "uid-merge", try Fixtures.payload(Fixtures.transaction(id, transactionId: "\(id)2", at: renewedAt)), .trustedDecoded)
         _ = try ledger.submit(purchase, at: t)
