@@ -1,3 +1,4 @@
+import Foundation
 public import LedgerCore
 import Projections
 
@@ -34,6 +35,53 @@ public protocol LedgerEngine: AnyObject, Sendable {
 
     /// The store format of the engine's layout (``LedgerStore/formatVersion`` by default).
     var formatVersion: UInt32 { get }
+
+    func write<T>(_ body: (any EngineReader, any EngineWriter) throws -> T, whenApplied: (ReadAheadView) -> Void) throws -> T
+    func readAhead<T>(_ view: ReadAheadView, _ body: (any EngineReader) throws -> T) throws -> T?
+    func follows(_ view: ReadAheadView) -> Bool
+}
+
+/// Deciding the next write group while this one commits (``LedgerEngine/write(_:whenApplied:)``).
+extension LedgerEngine {
+    /// ``write(_:)``, calling `whenApplied` after `body` and before the commit with a view for deciding
+    /// the next group meanwhile (``readAhead(_:_:)``); an engine without one just writes.
+    public func write<T>(_ body: (any EngineReader, any EngineWriter) throws -> T, whenApplied: (ReadAheadView) -> Void) throws -> T {
+        try write(body)
+    }
+
+    /// Runs `body` on the committed store as the group `view` was captured in leaves it, the group
+    /// itself excepted (whether or not its commit is visible yet): the caller reads that group's
+    /// writes from its own batch (``OverlayReader``). Nil when the store has moved on since, or the
+    /// engine cannot: decide in the next write group instead. A view is read ahead at most once.
+    public func readAhead<T>(_ view: ReadAheadView, _ body: (any EngineReader) throws -> T) throws -> T? { nil }
+
+    /// Inside a write group: whether it directly follows the group `view` was captured in (no other
+    /// write group in between, in any process), so that what was decided ahead on the view holds.
+    public func follows(_ view: ReadAheadView) -> Bool { false }
+}
+
+/// What ``LedgerEngine/readAhead(_:_:)`` needs of the write group it was captured in: LMDB's
+/// transaction id and the writer's map of the recent-change regions, the regions it merged as they
+/// were before.
+public final class ReadAheadView: @unchecked Sendable {
+    let transaction: UInt64
+    let writes: UInt64
+    private var regions: (views: [RecentCache.Region], loaded: [Bool], premerge: [(region: Int, view: RecentCache.Region)])?
+    private let lock = NSLock()
+
+    init(_ cache: RecentCache, transaction: UInt64) {
+        self.transaction = transaction
+        writes = cache.writes
+        regions = (cache.regions, Array(cache.loaded), cache.premerge)
+    }
+
+    /// The regions, once: the tables are the writer's own, shared until released.
+    func takeRegions() -> (views: [RecentCache.Region], loaded: [Bool], premerge: [(region: Int, view: RecentCache.Region)])? {
+        lock.withLock {
+            defer { regions = nil }
+            return regions
+        }
+    }
 }
 
 extension LedgerEngine {

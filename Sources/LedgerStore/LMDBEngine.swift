@@ -105,11 +105,41 @@ public final class LMDBEngine: LedgerEngine, @unchecked Sendable {
         try writing(deferringMetaSync: true) { access in try body(access, access) }
     }
 
+    public func write<T>(_ body: (any EngineReader, any EngineWriter) throws -> T, whenApplied: (ReadAheadView) -> Void) throws -> T {
+        try withoutActuallyEscaping(whenApplied) { whenApplied in
+            try writing(deferringMetaSync: false, whenApplied: whenApplied) { access in try body(access, access) }
+        }
+    }
+
+    public func readAhead<T>(_ view: ReadAheadView, _ body: (any EngineReader) throws -> T) throws -> T? {
+        guard let regionDatabases, let regions = view.takeRegions() else { return nil }
+        return try environment.read { txn -> T? in
+            // The snapshot is the one before the viewed transaction (its commit not yet visible, or
+            // it committed nothing) or the viewed transaction's own; anything else moved on.
+            let snapshot = UInt64(mdb_txn_id(txn.handle))
+            let viewed = RecentCache()
+            defer { viewed.regions = [] }  // shares the writer's tables: released before it writes again
+            viewed.regions = regions.views
+            for region in 0..<Recent.regionCount { viewed.loaded[region] = regions.loaded[region] }
+            if snapshot == view.transaction - 1 {
+                for (region, before) in regions.premerge { viewed.regions[region] = before }
+            } else if snapshot != view.transaction {
+                return nil
+            }
+            return try body(LMDBAccess(txn: txn, db: databases, recent: RecentRegions(databases: regionDatabases, cache: viewed)))
+        }
+    }
+
+    public func follows(_ view: ReadAheadView) -> Bool { cache.writes == view.writes &+ 1 && !cache.reloaded }
+
     /// Runs `body` in a write transaction, with the writer's cache of the regions checked first
     /// (reloaded when another process, or an aborted transaction, changed the regions since). After
     /// the commit the cache is known to hold transaction `id`'s state only when it wrote: a transaction
     /// that writes nothing is not committed, and another process's next commit takes its id.
-    private func writing<T>(deferringMetaSync: Bool, _ body: (LMDBAccess) throws -> T) throws -> T {
+    ///
+    /// `whenApplied` runs after `body`, before the commit, with a view of the regions for deciding the
+    /// next group while this one commits (``readAhead(_:_:)``).
+    private func writing<T>(deferringMetaSync: Bool, whenApplied: ((ReadAheadView) -> Void)? = nil, _ body: (LMDBAccess) throws -> T) throws -> T {
         guard let regionDatabases else {
             return try environment.write(deferringMetaSync: deferringMetaSync) { txn in try body(LMDBAccess(txn: txn, db: databases, recent: nil)) }
         }
@@ -122,10 +152,15 @@ public final class LMDBEngine: LedgerEngine, @unchecked Sendable {
                 id = UInt64(mdb_txn_id(txn.handle))
                 let regions = RecentRegions(databases: regionDatabases, cache: cache)
                 let access = LMDBAccess(txn: txn, db: databases, recent: regions)
-                if cache.transaction != id - 1 { try access.reload(cache, in: regions) }
+                cache.reloaded = cache.transaction != id - 1
+                if cache.reloaded { try access.reload(cache, in: regions) }
                 cache.transaction = nil  // until this transaction is committed
                 cache.wrote = false
-                return try body(access)
+                cache.writes &+= 1
+                cache.premerge = []
+                let result = try body(access)
+                whenApplied?(ReadAheadView(cache, transaction: id))
+                return result
             }
         } catch {
             cache.transaction = nil

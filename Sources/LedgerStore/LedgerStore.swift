@@ -309,6 +309,12 @@ public final class LedgerStore: @unchecked Sendable {
         return try engine.write(body)
     }
 
+    /// Runs one write group, calling `whenApplied` before its commit (see ``LedgerEngine/write(_:whenApplied:)``).
+    public func write<T>(_ body: (any EngineReader, any EngineWriter) throws -> T, whenApplied: (ReadAheadView) -> Void) throws -> T {
+        try refuseOnReadOnlyFileSystem()
+        return try engine.write(body, whenApplied: whenApplied)
+    }
+
     /// Throws when the store is on a read-only file system (``onReadOnlyFileSystem``), naming it.
     public func refuseOnReadOnlyFileSystem() throws {
         guard onReadOnlyFileSystem else { return }

@@ -114,6 +114,13 @@ final class RecentCache: @unchecked Sendable {
     var transaction: UInt64?
     /// Whether the current write transaction changed the regions (so it is committed as its own id).
     var wrote = false
+    /// Write transactions begun through this cache (a view for deciding ahead names the one it follows).
+    var writes: UInt64 = 0
+    /// Whether the current write transaction found the cache stale (another process committed).
+    var reloaded = false
+    /// The regions the current write transaction merged, as they were before (a view for deciding
+    /// ahead on the snapshot before the transaction's commit reads them).
+    var premerge: [(region: Int, view: Region)] = []
     /// Held for the whole of a write transaction and the cache's update after it.
     let lock = NSLock()
 
@@ -345,6 +352,7 @@ extension LMDBAccess {
             try KeyBuffer(Self.vaultPrefix, vaultKey).with { k in try account.key.withBytes { v in _ = try identities.put(k, v) } }
         }
         try txn.clear(regions.databases[region])
+        cache.premerge.append((region, cache.regions[region]))
         cache.regions[region] = RecentCache.Region()
         cache.loaded[region] = true
         cache.wrote = true

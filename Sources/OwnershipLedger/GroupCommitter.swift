@@ -1,5 +1,6 @@
 import Foundation
 public import LedgerCore
+import LedgerStore
 
 /// One writer for many producers: a bounded queue of pending requests and one thread that takes
 /// everything pending, decides it together through ``Ledger/submit(isolating:)`` (one write
@@ -28,6 +29,9 @@ public final class GroupCommitter: @unchecked Sendable {
         public var requests: Int
         /// From taking the group to the durable commit.
         public var seconds: Double
+        /// Whether the group was decided while the commit before it synced, and written as decided
+        /// (``GroupCommitter/readingAhead``).
+        public var decidedAhead: Bool = false
     }
 
     /// A request's groups.
@@ -51,6 +55,11 @@ public final class GroupCommitter: @unchecked Sendable {
     /// explicit ``LedgerStore/sync()`` as soon as no request is queued. A completion therefore still
     /// means the decision is durable; it only may come one commit later.
     public let deferringSync: Bool
+    /// Decide the next requests while a commit syncs (``Ledger/decideAhead(_:after:overlay:)``): the
+    /// writer takes them before its commit and another thread decides them on the store as that
+    /// commit leaves it; the next commit writes what was decided, or decides again when anything else
+    /// was committed in between. Not with ``deferringSync``.
+    public let readingAhead: Bool
     private let ledger: Ledger
     private let onCommit: (@Sendable (Commit) -> Void)?
     private let condition = NSCondition()
@@ -69,13 +78,14 @@ public final class GroupCommitter: @unchecked Sendable {
     /// Starts the writer thread. `onCommit` runs on it after each commit (keep it short).
     public init(
         ledger: Ledger, capacity: Int = 8_192, maximumGroup: Int = 1_000, gatherSeconds: Double = 0, deferringSync: Bool = false,
-        onCommit: (@Sendable (Commit) -> Void)? = nil
+        readingAhead: Bool = false, onCommit: (@Sendable (Commit) -> Void)? = nil
     ) {
         self.ledger = ledger
         self.capacity = max(1, capacity)
         self.maximumGroup = max(1, maximumGroup)
         self.gatherSeconds = max(0, gatherSeconds)
         self.deferringSync = deferringSync
+        self.readingAhead = readingAhead && !deferringSync
         self.onCommit = onCommit
         let writer = Thread { [self] in run() }
         writer.name = "ledger-writer"
@@ -129,15 +139,38 @@ public final class GroupCommitter: @unchecked Sendable {
         // With ``deferringSync``: commits whose completions wait for a sync, oldest first, each with
         // the store's count of the write group that must be durable first.
         var held: [(decided: Decided, group: UInt64)] = []
-        while let requests = nextRequests() {
+        /// Requests taken before the last commit, and what another thread decided for them meanwhile.
+        var next: Ahead?
+        while let requests = next?.requests ?? nextRequests() {
             let started = DispatchTime.now()
-            let results = ledger.submit(isolating: requests.flatMap(\.groups), deferringSync: deferringSync)
+            let results: [Result<[Decision], any Error>]
+            var wroteAhead = false
+            if readingAhead {
+                let taken = next
+                next = nil
+                taken?.done.wait()
+                results = ledger.submit(isolating: requests.flatMap(\.groups), ahead: taken?.decided, wroteAhead: &wroteAhead) { batch, view in
+                    // Before this commit: take what is queued and decide it on another thread meanwhile.
+                    guard next == nil, let queued = takeRequests(waiting: false) else { return }
+                    let ahead = Ahead(requests: queued)
+                    next = ahead
+                    let ledger = ledger
+                    DispatchQueue.global().async {
+                        let ready = queued.flatMap(\.groups).compactMap { try? $0.get() }
+                        ahead.decided = ready.isEmpty ? nil : ledger.decideAhead(ready, after: view, overlay: batch)
+                        ahead.done.signal()
+                    }
+                }
+            } else {
+                results = ledger.submit(isolating: requests.flatMap(\.groups), deferringSync: deferringSync)
+            }
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
-            onCommit?(Commit(submissions: requests.reduce(0) { $0 + $1.size }, requests: requests.count, seconds: seconds))
+            onCommit?(Commit(submissions: requests.reduce(0) { $0 + $1.size }, requests: requests.count, seconds: seconds, decidedAhead: wroteAhead))
             guard deferringSync, let durability = ledger.store.durability else {
                 complete((requests, results))
+                let size = requests.reduce(0) { $0 + $1.size }
                 Disposal.shared.release(consume requests)
-                condition.withLock { committing = 0 }
+                condition.withLock { committing -= size }
                 continue
             }
             held.append(((requests, results), durability.committed))
@@ -152,6 +185,15 @@ public final class GroupCommitter: @unchecked Sendable {
         }
         if !held.isEmpty { syncAndComplete(&held) }
         finished.signal()
+    }
+
+    /// Requests taken ahead of their commit, and their groups decided meanwhile (nil: not decided).
+    private final class Ahead: @unchecked Sendable {
+        let requests: [Request]
+        var decided: Ledger.DecidedAhead?
+        let done = DispatchSemaphore(value: 0)
+
+        init(requests: [Request]) { self.requests = requests }
     }
 
     /// Completes each request of `decided` with its groups' results.
@@ -185,12 +227,15 @@ public final class GroupCommitter: @unchecked Sendable {
 
     /// Waits for work and takes the requests pending, up to ``maximumGroup`` submissions; nil once
     /// closed and drained.
-    private func nextRequests() -> [Request]? {
+    private func nextRequests() -> [Request]? { takeRequests(waiting: true) }
+
+    /// ``nextRequests()``; without `waiting`, nil at once when nothing is pending.
+    private func takeRequests(waiting: Bool) -> [Request]? {
         condition.lock()
         defer { condition.unlock() }
-        while pending.isEmpty && !closed { condition.wait() }
+        while waiting && pending.isEmpty && !closed { condition.wait() }
         guard !pending.isEmpty else { return nil }
-        if gatherSeconds > 0 && lastRequests > 1 {
+        if waiting && gatherSeconds > 0 && lastRequests > 1 {
             gathering = true
             let deadline = Date(timeIntervalSinceNow: gatherSeconds)
             while depth < maximumGroup && !closed && condition.wait(until: deadline) {}
@@ -205,7 +250,7 @@ public final class GroupCommitter: @unchecked Sendable {
         let requests = Array(pending.prefix(taken))
         pending.removeFirst(taken)
         depth -= count
-        committing = count
+        committing += count
         lastRequests = taken
         condition.broadcast()  // producers waiting for room
         return requests
@@ -222,18 +267,41 @@ extension Ledger {
         submit(isolating: groups.map { group in Result { try prepare(group) } }, deferringSync: deferringSync)
     }
 
+    /// ``submit(isolating:)`` of groups already prepared, writing what was decided `ahead` for them when
+    /// it still holds, and calling `whenApplied` before the commit (``submit(prepared:ahead:whenApplied:)``).
+    func submit(
+        isolating groups: [Result<PreparedGroup, any Error>], ahead: DecidedAhead?, wroteAhead: inout Bool,
+        whenApplied: (EngineBatch, ReadAheadView) -> Void
+    ) -> [Result<[Decision], any Error>] {
+        var wrote = false
+        defer { wroteAhead = wrote }
+        return isolating(groups) { ready, whole in
+            guard whole else {
+                wrote = false
+                return try submit(prepared: ready)
+            }
+            return try submit(prepared: ready, ahead: ahead, wroteAhead: &wrote, whenApplied: whenApplied)
+        }
+    }
+
     /// ``submit(isolating:)`` of groups already prepared; a group that could not be prepared keeps its
     /// error. With `deferringSync`, the commits may return before they are durable (``GroupCommitter/deferringSync``).
     func submit(isolating groups: [Result<PreparedGroup, any Error>], deferringSync: Bool = false) -> [Result<[Decision], any Error>] {
+        isolating(groups) { ready, _ in try submit(prepared: ready, deferringSync: deferringSync) }
+    }
+
+    /// Submits the groups that were prepared through `submit` (all at once, `whole`; if that fails,
+    /// each alone), each failed group keeping its error.
+    private func isolating(
+        _ groups: [Result<PreparedGroup, any Error>], _ submit: ([PreparedGroup], _ whole: Bool) throws -> [[Decision]]
+    ) -> [Result<[Decision], any Error>] {
         let ready = groups.compactMap { try? $0.get() }
         var decided: [Result<[Decision], any Error>] = []
         if !ready.isEmpty {
             do {
-                decided = try submit(prepared: ready, deferringSync: deferringSync).map { .success($0) }
+                decided = try submit(ready, true).map { .success($0) }
             } catch {
-                decided =
-                    ready.count > 1
-                    ? ready.map { group in Result { try submit(prepared: [group], deferringSync: deferringSync)[0] } } : [.failure(error)]
+                decided = ready.count > 1 ? ready.map { group in Result { try submit([group], false)[0] } } : [.failure(error)]
             }
         }
         var next = decided.makeIterator()

@@ -125,47 +125,97 @@ public final class Ledger: @unchecked Sendable {
     /// Group commit of prepared groups (``submit(groups:)``); with `deferringSync`, the commit may
     /// return before it is durable (``LedgerStore/writeDeferringSync(_:)``).
     func submit(prepared groups: [PreparedGroup], deferringSync: Bool = false) throws -> [[Decision]] {
-        func body(reader: any EngineReader, writer: any EngineWriter) throws -> [[Decision]] {
-            // The keys of every submission, gathered without copying the submissions themselves.
-            // (Every submission with a UID carries its vault key: ``prepare(_:at:)`` computes it.)
-            var commands: [CommandRef] = []
-            var uids: [String] = []
-            var vaultKeys: [Key128] = []
-            var lineages: [LineageKey] = []
-            var deletedUIDs: [(uid: String, vaultKey: Key128?)] = []
-            for submissions in groups.lazy.map(\.submissions) {
-                for index in submissions.indices {
-                    commands.append(submissions[index].commandRef)
-                    if let uid = submissions[index].uid {
-                        if let vaultKey = submissions[index].vaultKey { vaultKeys.append(vaultKey) } else { uids.append(uid) }
-                    }
-                    if let lineage = submissions[index].lineage { lineages.append(lineage) }
-                    if case .deleteAccount(let uid) = submissions[index].submission { deletedUIDs.append((uid, submissions[index].vaultKey)) }
+        try deferringSync
+            ? store.writeDeferringSync { reader, writer in try apply(decide(groups, reader: reader), writer) }
+            : store.write { reader, writer in try apply(decide(groups, reader: reader), writer) }
+    }
+
+    /// Groups decided and not yet written: their decisions and the batch that records them.
+    struct Decided: @unchecked Sendable {
+        var decisions: [[Decision]]
+        var batch: EngineBatch
+    }
+
+    /// Group commit of `groups` that also lets the next groups be decided while this commit syncs:
+    /// `whenApplied` receives, before the commit, the batch and a view to decide the next groups on
+    /// (``decideAhead(_:after:overlay:)``). `ahead`, decided so for these groups after the previous
+    /// commit, is written as it is when nothing else was committed since; otherwise the groups are
+    /// decided again here.
+    /// `wroteAhead` says whether `ahead` was written.
+    func submit(
+        prepared groups: [PreparedGroup], ahead: DecidedAhead?, wroteAhead: inout Bool, whenApplied: (EngineBatch, ReadAheadView) -> Void
+    ) throws -> [[Decision]] {
+        var applied: EngineBatch?
+        return try store.write(
+            { reader, writer in
+                let holding = ahead.flatMap { store.engine.follows($0.view) ? $0.decided : nil }
+                wroteAhead = holding != nil
+                let decided = try holding ?? decide(groups, reader: reader)
+                applied = decided.batch
+                return try apply(decided, writer)
+            },
+            whenApplied: { view in if let applied { whenApplied(applied, view) } })
+    }
+
+    /// Decides `groups` on the store as the group of `view` leaves it once committed: the committed
+    /// store read through `overlay`, that group's batch, while it commits. Nil when the store moved
+    /// on or a read is not one the overlay answers: the groups are then decided in their own write.
+    func decideAhead(_ groups: [PreparedGroup], after view: ReadAheadView, overlay: EngineBatch) -> DecidedAhead? {
+        let decided = try? store.engine.readAhead(view) { reader in try decide(groups, reader: OverlayReader(base: reader, batch: overlay)) }
+        return decided.flatMap { $0 }.map { DecidedAhead(decided: $0, view: view) }
+    }
+
+    /// Groups decided ahead (``decideAhead(_:after:overlay:)``), with the view they were decided after.
+    struct DecidedAhead: Sendable {
+        var decided: Decided
+        var view: ReadAheadView
+    }
+
+    private func apply(_ decided: Decided, _ writer: any EngineWriter) throws -> [[Decision]] {
+        try writer.apply(decided.batch)
+        return decided.decisions
+    }
+
+    /// Decides `groups` on what `reader` reads, in order, in one write group (see ``submit(groups:)``).
+    private func decide(_ groups: [PreparedGroup], reader: any EngineReader) throws -> Decided {
+        // The keys of every submission, gathered without copying the submissions themselves.
+        // (Every submission with a UID carries its vault key: ``prepare(_:at:)`` computes it.)
+        var commands: [CommandRef] = []
+        var uids: [String] = []
+        var vaultKeys: [Key128] = []
+        var lineages: [LineageKey] = []
+        var deletedUIDs: [(uid: String, vaultKey: Key128?)] = []
+        for submissions in groups.lazy.map(\.submissions) {
+            for index in submissions.indices {
+                commands.append(submissions[index].commandRef)
+                if let uid = submissions[index].uid {
+                    if let vaultKey = submissions[index].vaultKey { vaultKeys.append(vaultKey) } else { uids.append(uid) }
                 }
+                if let lineage = submissions[index].lineage { lineages.append(lineage) }
+                if case .deleteAccount(let uid) = submissions[index].submission { deletedUIDs.append((uid, submissions[index].vaultKey)) }
             }
-            // The group's first reads, announced before it reads the head (PostgreSQL sends them with the head's lock).
-            try reader.prefetch(commands: commands, vaultKeys: vaultKeys, lineages: lineages)
-            var group = try WriteGroup(store: store, reader: reader, clock: clock, size: commands.count)
-            try group.prefetch(commands: commands, uids: uids, vaultKeys: vaultKeys)
-            // A deletion decides on every lineage of its account: load them for all the group's deletions at once.
-            var deleting: [AccountID] = []
-            for (uid, vaultKey) in deletedUIDs {
-                if let account = try group.pseudonym(ofUID: uid, vaultKey: vaultKey) { deleting.append(account) }
-            }
-            try group.load(lineages: lineages, accounts: deleting)
-            // Through pointers: decided in place, each prepared submission is never copied (an array's
-            // or a buffer's subscript returns a copy: a retain and release of each of its fields).
-            let decisions = try groups.map { prepared in
-                try prepared.submissions.withUnsafeBufferPointer { submissions in
-                    guard let first = submissions.baseAddress else { return [Decision]() }
-                    return try submissions.indices.map { try decide(first + $0, in: &group) }
-                }
-            }
-            try writer.apply(group.batch())
-            Disposal.shared.release(consume group)
-            return decisions
         }
-        return try deferringSync ? store.writeDeferringSync(body) : store.write(body)
+        // The group's first reads, announced before it reads the head (PostgreSQL sends them with the head's lock).
+        try reader.prefetch(commands: commands, vaultKeys: vaultKeys, lineages: lineages)
+        var group = try WriteGroup(store: store, reader: reader, clock: clock, size: commands.count)
+        try group.prefetch(commands: commands, uids: uids, vaultKeys: vaultKeys)
+        // A deletion decides on every lineage of its account: load them for all the group's deletions at once.
+        var deleting: [AccountID] = []
+        for (uid, vaultKey) in deletedUIDs {
+            if let account = try group.pseudonym(ofUID: uid, vaultKey: vaultKey) { deleting.append(account) }
+        }
+        try group.load(lineages: lineages, accounts: deleting)
+        // Through pointers: decided in place, each prepared submission is never copied (an array's
+        // or a buffer's subscript returns a copy: a retain and release of each of its fields).
+        let decisions = try groups.map { prepared in
+            try prepared.submissions.withUnsafeBufferPointer { submissions in
+                guard let first = submissions.baseAddress else { return [Decision]() }
+                return try submissions.indices.map { try decide(first + $0, in: &group) }
+            }
+        }
+        let batch = group.batch()
+        Disposal.shared.release(consume group)
+        return Decided(decisions: decisions, batch: batch)
     }
 
     /// Decides one submission (see ``submit(_:at:)``).

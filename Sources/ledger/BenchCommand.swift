@@ -19,11 +19,12 @@ struct BenchCommand: Subcommand {
         ../shared/tools/gen_history.py: com.example.myrecipes, Production, 1234567890) and measures, on the
         trusted-decoded submit lines in FILE (`make bench-history` generates them):
           - decided lines/s in each of N equal chunks (default 10): lines parsed by the submit protocol,
-            then decided, appended and committed in groups of --commit-lines (default 2,000, as
-            `ledger submit` commits); that rate (what the storage engine sustains) and the last chunk's
-            over the first's (lastOverFirst); the submit rate, parsing, deciding and rendering one after
-            the other on one thread as `ledger submit --sequential` does, in this process
-            (submitLinesPerSecondByChunk, submitLastOverFirst); the parse and render cost per line, and
+            eight commits' worth at a time, then decided, appended and committed in groups of
+            --commit-lines (default 2,000) through a group committer that decides the next group while
+            a commit syncs, as `ledger submit` does; that rate (what the storage engine sustains) and
+            the last chunk's over the first's (lastOverFirst); the submit rate, parsing, deciding and
+            rendering one after the other (submitLinesPerSecondByChunk, submitLastOverFirst); the
+            parse and render cost per line, and
             per line of each chunk the process's CPU time (parse, decide, render: less inflated than
             wall time by other processes on the cores);
           - bytes per line at rest (data.mdb / lines) and per database;
@@ -148,31 +149,48 @@ struct BenchCommand: Subcommand {
         var uids = Reservoir(capacity: samples)
         var lineages = Reservoir(capacity: samples)
         var invalid = 0
+        // Decided as `ledger submit` decides: through a group committer that decides the next group
+        // while a commit syncs, a window of commits at a time (parsed first, answered after).
+        let window = 8
+        let committer = GroupCommitter(ledger: ledger, capacity: commitLines * window, maximumGroup: commitLines, readingAhead: true)
+        defer { committer.close() }
         for chunk in 0..<chunks {
             let count = total * (chunk + 1) / chunks - total * chunk / chunks
             var (decide, parse, render): (UInt64, UInt64, UInt64) = (0, 0, 0)
             let cpuBefore = processCPUNanoseconds()
             var done = 0
             while done < count {
-                let lines = reader.next(min(commitLines, count - done))
-                guard !lines.isEmpty else { break }
                 var clock = DispatchTime.now().uptimeNanoseconds
                 func lap(_ total: inout UInt64) {
                     let now = DispatchTime.now().uptimeNanoseconds
                     total += now - clock
                     clock = now
                 }
-                let prepared = submit.prepare(lines.map(\.utf8))
+                var batches: [(lines: [String], prepared: SubmitProtocol.PreparedLines)] = []
+                var taken = 0
+                while batches.count < window && done + taken < count {
+                    let lines = reader.next(min(commitLines, count - done - taken))
+                    guard !lines.isEmpty else { break }
+                    batches.append((lines, submit.prepare(lines.map(\.utf8))))
+                    taken += lines.count
+                }
+                guard !batches.isEmpty else { break }
                 lap(&parse)
-                let decided = ledger.submit(isolating: prepared.groups)
+                let decided = Completions(count: batches.count)
+                for (index, batch) in batches.enumerated() {
+                    try committer.enqueue(batch.prepared.groups, waitingForRoom: true, completion: decided.completion(index))
+                }
+                let results = decided.wait()
                 lap(&decide)
-                invalid += submit.answers(to: prepared, decided: decided).filter { $0.decision == "invalid" }.count
+                for (batch, result) in zip(batches, results) {
+                    invalid += submit.answers(to: batch.prepared, decided: result).filter { $0.decision == "invalid" }.count
+                }
                 lap(&render)
-                for line in lines {
+                for line in batches.lazy.flatMap(\.lines) {
                     if let uid = field(line, "\"account\":\"") { uids.offer(uid) }
                     if let otid = field(line, "\"originalTransactionId\":\"") { lineages.offer(otid) }
                 }
-                done += lines.count
+                done += taken
             }
             rates.append(Int(Double(done) / max(Double(decide) / 1e9, 1e-9)))
             submitRates.append(Int(Double(done) / max(Double(parse + decide + render) / 1e9, 1e-9)))
@@ -458,5 +476,27 @@ struct LineReader {
             if chunk.isEmpty { atEnd = true } else { buffer.append(contentsOf: chunk) }
         }
         return lines
+    }
+}
+
+/// The completions of a window of requests to a group committer, in order.
+private final class Completions: @unchecked Sendable {
+    private let lock = NSLock()
+    private var results: [[Result<[Decision], any Error>]]
+    private let done = DispatchSemaphore(value: 0)
+
+    init(count: Int) { results = Array(repeating: [], count: count) }
+
+    func completion(_ index: Int) -> GroupCommitter.Completion {
+        { decided in
+            self.lock.withLock { self.results[index] = decided }
+            self.done.signal()
+        }
+    }
+
+    /// Waits for every completion.
+    func wait() -> [[Result<[Decision], any Error>]] {
+        for _ in results { done.wait() }
+        return lock.withLock { results }
     }
 }

@@ -58,7 +58,7 @@ struct SubmitCommand: Subcommand {
     /// batch's answers once its commit is durable, in input order. Both queues between them are bounded.
     /// Returns the read error, if any.
     static func pipelined(_ submit: SubmitProtocol, _ input: LineBatches, _ console: Console) -> String? {
-        let committer = GroupCommitter(ledger: submit.ledger, capacity: batchLines, maximumGroup: batchLines)
+        let committer = GroupCommitter(ledger: submit.ledger, capacity: batchLines, maximumGroup: batchLines, readingAhead: true)
         let answered = AnsweredBatches(capacity: answeredBatches)
         let threads = ProcessInfo.processInfo.activeProcessorCount
         let reader = Thread {
