@@ -131,7 +131,7 @@ public final class Ledger: @unchecked Sendable {
     }
 
     /// Groups decided and not yet written: their decisions and the batch that records them.
-    struct Decided: @unchecked Sendable {
+    struct Decided: Sendable {
         var decisions: [[Decision]]
         var batch: EngineBatch
     }
