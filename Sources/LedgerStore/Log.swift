@@ -227,6 +227,52 @@ public struct LogAppender {
     }
 }
 
+/// The Merkle half of a walk of the log (``ChainWalk``): the tree's edge over the leaves added so
+/// far, and the first block whose stored node does not match the nodes its leaves complete.
+public struct MerkleWalk {
+    private let hasher: LogHasher
+    /// The edge of the leaves added so far.
+    public private(set) var frontier: [Digest32] = []
+    public private(set) var count: UInt64 = 0
+    /// The first block of records whose stored Merkle node does not match them.
+    public private(set) var changedBlock: ChainFault?
+
+    public init(hasher: LogHasher) { self.hasher = hasher }
+
+    /// Adds the leaf of record `count + 1`: `node` gets each stored-level node it completes, which
+    /// is compared with `stored(level, index)`, the node the store holds (nil: none).
+    public mutating func add(_ leaf: Digest32, stored: (UInt8, UInt64) throws -> Digest32?, node: (IndexEntry) -> Void = { _ in }) throws {
+        var completed: [(UInt8, UInt64, Digest32)] = []
+        try MerkleLog.append(leaf, count: count, frontier: &frontier, hasher: hasher) { completed.append(($0, $1, $2)) }
+        for (level, index, hash) in completed {
+            node(.merkleNode(level: level, index: index, hash: hash))
+            if changedBlock == nil, try stored(level, index) != hash {
+                let size = UInt64(1) << UInt64(level)
+                changedBlock = ChainFault(
+                    sequence: index * size + 1, through: (index + 1) * size,
+                    reason: "the records' bytes changed: they no longer match their stored Merkle node or the head's hash chain")
+            }
+        }
+        count += 1
+    }
+
+    /// The stored-level nodes that adding the leaves of records `sequences` completes, as (level, index),
+    /// in the order ``add(_:stored:node:)`` completes them: what to read for it beforehand.
+    public static func completedNodes(_ sequences: ClosedRange<UInt64>) -> [(level: UInt8, index: UInt64)] {
+        var nodes: [(level: UInt8, index: UInt64)] = []
+        var sequence = (sequences.lowerBound + MerkleLog.storedLeaves - 1) / MerkleLog.storedLeaves * MerkleLog.storedLeaves
+        while sequence <= sequences.upperBound && sequence > 0 {
+            var level = MerkleLog.storedLevel
+            while sequence % (UInt64(1) << UInt64(level)) == 0 {
+                nodes.append((level, sequence / (UInt64(1) << UInt64(level)) - 1))
+                level += 1
+            }
+            sequence += MerkleLog.storedLeaves
+        }
+        return nodes
+    }
+}
+
 /// Walks a log's stored records in order, recomputing leaf and chain hashes and the Merkle tree,
 /// and comparing them with the head and the stored Merkle nodes, so a walk tells not only that
 /// bytes changed but which records: the first block whose stored node no longer matches them, or
@@ -235,18 +281,20 @@ public struct ChainWalk {
     public let head: LogHead
     private let hasher: LogHasher
     public private(set) var chain = Digest32.zero
+    private var merkle: MerkleWalk
     /// The edge of the records walked so far.
-    public private(set) var frontier: [Digest32] = []
+    public var frontier: [Digest32] { merkle.frontier }
     public private(set) var count: UInt64 = 0
     public private(set) var fault: ChainFault?
-    private var changedBlock: ChainFault?
 
-    /// Links the chain hashes only when `linking` (else the caller links the leaves ``add`` hands it,
-    /// elsewhere, and gives ``finish(chain:)`` the result).
+    /// Links the chain hashes and walks the Merkle tree only when `linking` (else the caller links
+    /// the leaves ``add`` hands it and walks their tree elsewhere, and gives ``finish(chain:merkle:)``
+    /// the results).
     public init(head: LogHead, linking: Bool = true) throws {
         self.head = head
         self.linking = linking
         hasher = try LogHasher()
+        merkle = MerkleWalk(hasher: hasher)
     }
 
     private let linking: Bool
@@ -263,17 +311,9 @@ public struct ChainWalk {
         }
         let leaf = try hasher.leafHash(bytes)
         leafHash(leaf)
-        if linking { chain = try hasher.chain(chain, sequence: sequence, leaf: leaf) }
-        var completed: [(UInt8, UInt64, Digest32)] = []
-        try MerkleLog.append(leaf, count: count, frontier: &frontier, hasher: hasher) { completed.append(($0, $1, $2)) }
-        for (level, index, hash) in completed {
-            node(.merkleNode(level: level, index: index, hash: hash))
-            if changedBlock == nil, try reader.merkleNode(level: level, index: index) != hash {
-                let size = UInt64(1) << UInt64(level)
-                changedBlock = ChainFault(
-                    sequence: index * size + 1, through: (index + 1) * size,
-                    reason: "the records' bytes changed: they no longer match their stored Merkle node or the head's hash chain")
-            }
+        if linking {
+            chain = try hasher.chain(chain, sequence: sequence, leaf: leaf)
+            try merkle.add(leaf, stored: { try reader.merkleNode(level: $0, index: $1) }, node: node)
         }
         count = sequence
         return true
@@ -282,9 +322,11 @@ public struct ChainWalk {
     /// Records a fault found by the caller (a record that does not decode, or out of order).
     public mutating func stop(_ fault: ChainFault) { self.fault = fault }
 
-    /// ``finish()`` with the chain hash of the leaves ``add`` handed out, linked by the caller.
-    public mutating func finish(chain linked: Digest32) -> ChainFault? {
+    /// ``finish()`` with the chain hash and the Merkle walk of the leaves ``add`` handed out, linked
+    /// and walked by the caller.
+    public mutating func finish(chain linked: Digest32, merkle walked: MerkleWalk) -> ChainFault? {
         chain = linked
+        merkle = walked
         return finish()
     }
 
@@ -296,7 +338,7 @@ public struct ChainWalk {
             fault = ChainFault(sequence: count + 1, through: head.sequence, reason: "missing: the head says \(head.sequence) records")
         }
         if fault == nil, chain != head.chainHash || frontier != head.frontier {
-            fault = changedBlock ?? tailFault()
+            fault = merkle.changedBlock ?? tailFault()
         }
         return fault
     }

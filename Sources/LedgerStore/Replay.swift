@@ -427,7 +427,19 @@ struct Analysis {
         var records: [(command: Key128, views: Int, events: Int, impliedHashed: Bool)] = []
         var products: [String] = []
         var leaves: [Digest32] = []
+        /// The stored Merkle nodes the leaves complete (``MerkleWalk/completedNodes(_:)``), by ``nodeKey(_:_:)``.
+        var storedNodes: [UInt64: Digest32] = [:]
         static let capacity = 1_024
+
+        static func nodeKey(_ level: UInt8, _ index: UInt64) -> UInt64 { UInt64(level) << 56 | index }
+
+        /// Reads the stored nodes the batch's leaves complete, for the folding thread to compare.
+        mutating func readStoredNodes(_ reader: any EngineReader) throws {
+            guard !leaves.isEmpty else { return }
+            for (level, index) in MerkleWalk.completedNodes(first...(first + UInt64(leaves.count) - 1)) {
+                storedNodes[Self.nodeKey(level, index)] = try reader.merkleNode(level: level, index: index)
+            }
+        }
 
         init(first: UInt64) {
             self.first = first
@@ -575,9 +587,10 @@ struct Analysis {
         /// By ``EngineIndex/position``.
         var implied = [MultisetHash](repeating: MultisetHash(), count: EngineIndex.allCases.count)
         var events: UInt64 = 0
-        /// The chain hash of the leaves handed over.
+        /// The chain hash of the leaves handed over, and their Merkle tree.
         var chain = Digest32.zero
         var linked: UInt64 = 0
+        var merkle: MerkleWalk
         /// The read models of the folded state, hashed once the fold is done.
         var replayedModels = MultisetHash()
 
@@ -585,12 +598,14 @@ struct Analysis {
             self.checker = checker
             self.indexes = indexes
             self.hasher = hasher
+            merkle = MerkleWalk(hasher: hasher)
         }
 
         mutating func add(_ batch: Batch, normalize: (IndexEntry) -> IndexEntry) throws {
             for leaf in batch.leaves {
                 linked += 1
                 chain = try hasher.chain(chain, sequence: linked, leaf: leaf)
+                try merkle.add(leaf, stored: { batch.storedNodes[Batch.nodeKey($0, $1)] }) { implied[EngineIndex.merkle.position].add($0) }
             }
             checker.numberViewProducts(batch.products)
             var (viewStart, start) = (0, 0)
@@ -641,7 +656,6 @@ struct Analysis {
         let hashing = pass == 0
         let through = first?.report.verifiedRecords ?? head.sequence
         var walk = try ChainWalk(head: head, linking: false)
-        var impliedNodes = MultisetHash()
         /// The entries of the records whose implied entries this thread hashed (``Batch/hashImpliedEntries(normalize:into:)``).
         var impliedHere = [MultisetHash](repeating: MultisetHash(), count: EngineIndex.allCases.count)
         let handoff = Handoff()
@@ -660,8 +674,9 @@ struct Analysis {
         var lastRecordedAt: Timestamp = 0
         /// Hands a batch over (dropped once the other thread has stopped). When the folding thread is
         /// behind, this one first hashes the batch's implied entries instead of waiting for room.
-        func send(_ batch: inout Batch) {
+        func send(_ batch: inout Batch) throws {
             batch.products = decoder.takeNewProductNames()
+            try batch.readStoredNodes(reader)
             if hashing && (readerHashing == .always || handoff.isBacklogged) {
                 batch.hashImpliedEntries(normalize: normalizer.normalize, into: &impliedHere)
             }
@@ -671,7 +686,7 @@ struct Analysis {
         do {
             try reader.forEachRecord(from: 1, through: through) { sequence, bytes in
                 if hashing {
-                    guard try walk.add(sequence, bytes, reader: reader, node: { impliedNodes.add($0) }, leaf: { batch.leaves.append($0) })
+                    guard try walk.add(sequence, bytes, reader: reader, leaf: { batch.leaves.append($0) })
                     else { return false }
                 }
                 if decodeFault == nil {
@@ -693,7 +708,7 @@ struct Analysis {
                     if decodeFault != nil && !hashing { return false }
                 }
                 if batch.isFull {
-                    send(&batch)
+                    try send(&batch)
                     batch = Batch(first: sequence + 1)
                     decoder.forgetStrings()
                 }
@@ -706,7 +721,16 @@ struct Analysis {
             fold.done.wait()
             throw error
         }
-        if !batch.isEmpty { send(&batch) }
+        if !batch.isEmpty {
+            do {
+                try send(&batch)
+            } catch {
+                handoff.stop()
+                handoff.close()
+                fold.done.wait()
+                throw error
+            }
+        }
         handoff.close()
         // The stored indexes, while the other thread folds.
         var stored = [EngineIndex: MultisetHash]()
@@ -741,7 +765,7 @@ struct Analysis {
         if hashing {
             // A record that does not decode ends the pass there, unless a record before it is missing.
             if let bad = decodeFault, walk.fault.map({ $0.sequence > bad.sequence }) ?? true { walk.stop(bad) }
-            fault = walk.finish(chain: fold.state.chain)
+            fault = walk.finish(chain: fold.state.chain, merkle: fold.state.merkle)
         } else {
             fault = first?.report.chainFault
         }
@@ -752,7 +776,6 @@ struct Analysis {
                 hash.add(impliedHere[index.position])
                 return (index, hash)
             })
-        implied[.merkle] = impliedNodes
         let state = fold.state.checker.state
         var analysis = Analysis(
             report: ReplayReport(

@@ -99,6 +99,47 @@ import Testing
         }
     }
 
+    /// The stored nodes a range of leaves completes, listed beforehand (what `verify` reads for the
+    /// thread that walks the tree), are exactly those the tree reports as it grows, in its order.
+    @Test func theStoredNodesARangeOfLeavesCompletesAreListedBeforehand() throws {
+        let hasher = try LogHasher()
+        var frontier: [Digest32] = []
+        var completedAt: [[(level: UInt8, index: UInt64)]] = [[]]  // by sequence
+        for count in 0..<UInt64(4_200) {
+            var completed: [(level: UInt8, index: UInt64)] = []
+            let leaf = try #require(Digest32(Digest.sha256([UInt8(count & 0xff), UInt8(count >> 8)])))
+            try MerkleLog.append(leaf, count: count, frontier: &frontier, hasher: hasher) { level, index, _ in
+                completed.append((level, index))
+            }
+            completedAt.append(completed)
+        }
+        #expect(completedAt[4_096].map(\.level) == [8, 9, 10, 11, 12])
+        let ranges: [ClosedRange<UInt64>] = [
+            1...1, 1...255, 1...256, 256...256, 257...1_024, 1_000...2_048, 1_025...2_048, 2_049...4_199, 300...4_100,
+        ]
+        for range in ranges {
+            let expected = range.flatMap { completedAt[Int($0)] }
+            let listed = MerkleWalk.completedNodes(range)
+            #expect(listed.map(\.level) == expected.map(\.level) && listed.map(\.index) == expected.map(\.index), "\(range)")
+        }
+    }
+
+    /// A byte changed in a record far into the log, past the first batches `verify` hands between its
+    /// two threads, is located to its own block of 256 records.
+    @Test func aFlippedByteFarIntoTheLogIsLocatedToItsBlock() throws {
+        let store = try newStore()
+        defer { directory.remove() }
+        try Self.append(store, 1...2_600, product: { "product-\($0)-marker" })
+        let dataFile = directory.path("store/data.mdb")
+        var data = try Data(contentsOf: dataFile)
+        try Fixtures.flipEveryOccurrence(of: "product-1500-marker", in: &data)
+        try data.write(to: dataFile)
+        let report = try LedgerStore(opening: directory.path("store")).replay()
+        #expect(report.chainFault?.sequence == 1_281)
+        #expect(report.chainFault?.through == 1_536)
+        #expect(report.chainFault?.reason.contains("bytes changed") == true)
+    }
+
     @Test func theMapGrowsWhenItFills() throws {
         let store = try LedgerStore.create(at: directory.path("store"), configuration: [], keyFiles: nil, initialMapSize: 1 << 20)
         defer { directory.remove() }
