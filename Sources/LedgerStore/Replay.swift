@@ -251,11 +251,11 @@ extension LedgerStore {
             var passes = Analysis.Passes()
             if !repair {
                 return try read { reader in
-                    let count = try Analysis.passes(reader, lineagesPerPass: lineagesPerPass)
+                    let (count, models) = try Analysis.passes(reader, lineagesPerPass: lineagesPerPass)
                     var first: Analysis.First?
                     for pass in 0..<count {
                         let analysis = try Analysis.run(
-                            reader, pass: pass, of: count, after: first, readerHashing: readerHashing, progress: progress)
+                            reader, pass: pass, of: count, models: models, after: first, readerHashing: readerHashing, progress: progress)
                         if pass == 0 { first = analysis.first }
                         passes.add(analysis)
                     }
@@ -264,14 +264,15 @@ extension LedgerStore {
                     return report
                 }
             }
-            let count = try read { try Analysis.passes($0, lineagesPerPass: lineagesPerPass) }
+            let (count, models) = try read { try Analysis.passes($0, lineagesPerPass: lineagesPerPass) }
             var first: Analysis.First?
             var grew = false
             for pass in 0..<count {
                 guard
                     let analysis = try read({ reader -> Analysis? in
                         if let first, try reader.head() != first.head { return nil }
-                        return try Analysis.run(reader, pass: pass, of: count, after: first, readerHashing: readerHashing, progress: progress)
+                        return try Analysis.run(
+                            reader, pass: pass, of: count, models: models, after: first, readerHashing: readerHashing, progress: progress)
                     })
                 else {
                     grew = true
@@ -304,9 +305,10 @@ struct Analysis {
     static let lineagesPerPass = 250_000
 
     /// How many passes the store's lineages need (estimated from its read models).
-    static func passes(_ reader: any EngineReader, lineagesPerPass: Int) throws -> Int {
+    /// How many passes the replay takes, and the read models it counted to decide (``readModelCount(_:)``).
+    static func passes(_ reader: any EngineReader, lineagesPerPass: Int) throws -> (count: Int, models: Int) {
         let models = try readModelCount(reader)
-        return models == 0 ? 1 : (models - 1) / max(lineagesPerPass, 1) + 1
+        return (models == 0 ? 1 : (models - 1) / max(lineagesPerPass, 1) + 1, models)
     }
 
     /// The number of read models, as LMDB counts them. Every read model was written for a record,
@@ -648,9 +650,10 @@ struct Analysis {
     /// the read-model hashes differ are both walked in key order to name each difference. Pass 0 of `count` does all
     /// of that; a later pass (`first` is pass 0's analysis) only folds its range of lineages, through
     /// the last record pass 0 verified, and compares their read models.
+    /// `models` is the count of read models ``passes(_:lineagesPerPass:)`` took (to size the fold's tables).
     static func run(
-        _ reader: any EngineReader, pass: Int = 0, of count: Int = 1, after first: First? = nil, readerHashing: ReaderHashing = .whenBehind,
-        progress: ((UInt64, UInt64) -> Void)?
+        _ reader: any EngineReader, pass: Int = 0, of count: Int = 1, models: Int, after first: First? = nil,
+        readerHashing: ReaderHashing = .whenBehind, progress: ((UInt64, UInt64) -> Void)?
     ) throws -> Analysis {
         let head = try reader.head()
         let hashing = pass == 0
@@ -661,7 +664,6 @@ struct Analysis {
         let handoff = Handoff()
         var checker = InvariantChecker(signatures: .libcrypto, lean: true, lineageRange: count == 1 ? nil : range(pass, of: count))
         // About the lineages this pass keeps (the read models name each once), with a margin.
-        let models = try readModelCount(reader)
         checker.reserveCapacity(lineages: models / count + models / count / 8)
         let modelKeys = ModelKeys(readModelKeys(pass, of: count))
         let fold = try Fold(checker: checker, indexes: hashing, modelKeys: modelKeys)
