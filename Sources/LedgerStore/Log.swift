@@ -260,14 +260,19 @@ public struct MerkleWalk {
     /// in the order ``add(_:stored:node:)`` completes them: what to read for it beforehand.
     public static func completedNodes(_ sequences: ClosedRange<UInt64>) -> [(level: UInt8, index: UInt64)] {
         var nodes: [(level: UInt8, index: UInt64)] = []
-        var sequence = (sequences.lowerBound + MerkleLog.storedLeaves - 1) / MerkleLog.storedLeaves * MerkleLog.storedLeaves
-        while sequence <= sequences.upperBound && sequence > 0 {
+        let block = MerkleLog.storedLeaves
+        // The first multiple of a block in the range (sequences start at 1).
+        var sequence = Swift.max(sequences.lowerBound, 1).quotientAndRemainder(dividingBy: block).quotient * block
+        if sequence < sequences.lowerBound || sequence == 0 { sequence += block }
+        while sequence <= sequences.upperBound {
             var level = MerkleLog.storedLevel
-            while sequence % (UInt64(1) << UInt64(level)) == 0 {
+            while level < 64 && sequence % (UInt64(1) << UInt64(level)) == 0 {
                 nodes.append((level, sequence / (UInt64(1) << UInt64(level)) - 1))
                 level += 1
             }
-            sequence += MerkleLog.storedLeaves
+            let (next, overflow) = sequence.addingReportingOverflow(block)
+            if overflow { break }
+            sequence = next
         }
         return nodes
     }

@@ -304,8 +304,8 @@ struct Analysis {
     /// MiB, and the peak heap stays under 64 MiB); more make more passes.
     static let lineagesPerPass = 250_000
 
-    /// How many passes the store's lineages need (estimated from its read models).
-    /// How many passes the replay takes, and the read models it counted to decide (``readModelCount(_:)``).
+    /// How many passes the store's lineages need (estimated from its read models), and the read models
+    /// counted (``readModelCount(_:)``).
     static func passes(_ reader: any EngineReader, lineagesPerPass: Int) throws -> (count: Int, models: Int) {
         let models = try readModelCount(reader)
         return (models == 0 ? 1 : (models - 1) / max(lineagesPerPass, 1) + 1, models)

@@ -115,13 +115,16 @@ import Testing
         }
         #expect(completedAt[4_096].map(\.level) == [8, 9, 10, 11, 12])
         let ranges: [ClosedRange<UInt64>] = [
-            1...1, 1...255, 1...256, 256...256, 257...1_024, 1_000...2_048, 1_025...2_048, 2_049...4_199, 300...4_100,
+            1...1, 1...255, 1...256, 256...256, 257...1_024, 1_000...2_048, 1_025...2_048, 2_049...4_199, 300...4_100, 0...300,
         ]
         for range in ranges {
             let expected = range.flatMap { completedAt[Int($0)] }
             let listed = MerkleWalk.completedNodes(range)
             #expect(listed.map(\.level) == expected.map(\.level) && listed.map(\.index) == expected.map(\.index), "\(range)")
         }
+        // At the top of the sequence space: no overflow, no shift past 63 bits.
+        #expect(MerkleWalk.completedNodes((UInt64.max - 300)...UInt64.max).map(\.level) == [8])
+        #expect(MerkleWalk.completedNodes((UInt64(1) << 63)...(UInt64(1) << 63)).map(\.level) == Array(8...63))
     }
 
     /// A byte changed in a record far into the log, past the first batches `verify` hands between its
