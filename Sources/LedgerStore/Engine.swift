@@ -257,10 +257,10 @@ public protocol EngineReader {
     func identities(vaultKeys: [Key128]) throws -> [Key128: VaultEntry]
     /// The sealed UID of a live account.
     func sealedUID(of account: AccountID) throws -> [UInt8]?
-    /// Visits every vault entry in vault-key order until `body` returns false: its vault key, the
-    /// pseudonym it points to and the UID sealed under that pseudonym (nil when there is none: a
-    /// damaged vault, which `verify` reports).
-    func forEachVaultEntry(_ body: (Key128, VaultEntry) throws -> Bool) throws
+    /// Visits the vault entries from vault key `start` on, in vault-key order, until `body` returns
+    /// false: each one's vault key, the pseudonym it points to and the UID sealed under that pseudonym
+    /// (nil when there is none: a damaged vault, which `verify` reports).
+    func forEachVaultEntry(from start: Key128, _ body: (Key128, VaultEntry) throws -> Bool) throws
     /// Visits every sealed UID (pseudonym, sealed bytes) in the engine's order until `body` returns
     /// false, whether or not a vault entry points to it (`verify`). Throws on an entry of no known shape.
     func forEachSealedUID(_ body: (AccountID, [UInt8]) throws -> Bool) throws
@@ -291,6 +291,11 @@ public protocol EngineReader {
     func statistics() throws -> [(name: String, entries: Int, bytes: Int)]
     /// The number of persisted read models (the `read-models` entries by default).
     func readModelCount() throws -> Int
+
+    /// Runs `body` with a reader of its own on this reader's snapshot, for another thread to read
+    /// while this reader is in use (a reader serves one thread at a time); may be called from that
+    /// thread. Nil when the engine cannot give one (the default) or the store has moved on since.
+    func readingSameSnapshot<T>(_ body: (any EngineReader) throws -> T) throws -> T?
 }
 
 /// Writes of a write group.
@@ -321,6 +326,11 @@ public struct VaultEntry: Equatable, Sendable {
 extension EngineReader {
     public func prefetch(commands: [CommandRef], vaultKeys: [Key128], lineages: [LineageKey]) throws {}
 
+    public func readingSameSnapshot<T>(_ body: (any EngineReader) throws -> T) throws -> T? { nil }
+
+    /// Visits every vault entry (``forEachVaultEntry(from:_:)`` from the first).
+    public func forEachVaultEntry(_ body: (Key128, VaultEntry) throws -> Bool) throws { try forEachVaultEntry(from: .zero, body) }
+
     public func readModelCount() throws -> Int { try statistics().first { $0.name == "read-models" }?.entries ?? 0 }
 
     /// Visits every vault entry (vault key, pseudonym, sealed UID) in vault-key order until `body`
@@ -337,6 +347,29 @@ extension EngineReader {
         try forEachReadModel(from: start) { key, value in
             try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try body(k, v) } }
         }
+    }
+}
+
+/// `body` run at once on a thread of its own with a reader of `reader`'s snapshot
+/// (``EngineReader/readingSameSnapshot(_:)``). ``wait()`` must return before `reader`'s transaction ends.
+final class OnSameSnapshot<T>: @unchecked Sendable {
+    private let reader: any EngineReader
+    private let body: (any EngineReader) throws -> T
+    private var outcome: Result<T?, any Error> = .success(nil)
+    private let done = DispatchSemaphore(value: 0)
+
+    init(_ reader: any EngineReader, _ body: @escaping (any EngineReader) throws -> T) {
+        (self.reader, self.body) = (reader, body)
+        Thread.detachNewThread { [self] in
+            outcome = Result { try self.reader.readingSameSnapshot(self.body) }
+            done.signal()
+        }
+    }
+
+    /// Waits for the thread: what `body` returned or threw, or nil when the engine gave no reader of the snapshot.
+    func wait() -> Result<T?, any Error> {
+        done.wait()
+        return outcome
     }
 }
 

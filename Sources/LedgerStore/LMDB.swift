@@ -176,6 +176,21 @@ final class LMDBEnvironment: @unchecked Sendable {
         return try body(txn)
     }
 
+    /// Runs `body` in a read-only transaction of snapshot `snapshot` (a transaction id), which another
+    /// read transaction of this process holds: nil when a transaction begun now sees another snapshot
+    /// (a write committed since) or cannot begin without waiting (the map to adopt after another
+    /// process grew it, which needs `resizeLock` exclusively: the holder of the other transaction
+    /// would wait for this one).
+    func read<T>(atSnapshot snapshot: UInt64, _ body: (LMDBTransaction) throws -> T) throws -> T? {
+        guard resizeLock.tryLockShared() else { return nil }
+        defer { resizeLock.unlock() }
+        var handle: OpaquePointer?
+        guard mdb_txn_begin(self.handle, nil, UInt32(MDB_RDONLY), &handle) == MDB_SUCCESS, let handle else { return nil }
+        defer { mdb_txn_abort(handle) }
+        guard UInt64(mdb_txn_id(handle)) == snapshot else { return nil }
+        return try body(LMDBTransaction(handle: handle, environment: self))
+    }
+
     /// Writes a compacted copy of the environment (`mdb_env_copyfd2` with `MDB_CP_COMPACT`: live pages
     /// only, renumbered) to the open file `fd`, from one read transaction of its own, as a read would.
     func copyCompacted(to fd: Int32, path: String) throws {
@@ -330,6 +345,8 @@ final class ReadWriteLock: @unchecked Sendable {
     }
 
     func lockShared() { pthread_rwlock_rdlock(lock) }
+    /// Takes the lock shared unless that means waiting.
+    func tryLockShared() -> Bool { pthread_rwlock_tryrdlock(lock) == 0 }
     func lockExclusive() { pthread_rwlock_wrlock(lock) }
     func unlock() { pthread_rwlock_unlock(lock) }
 }

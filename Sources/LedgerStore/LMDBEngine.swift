@@ -284,6 +284,15 @@ struct LMDBAccess: EngineReader, EngineWriter {
     /// The record dictionary as this transaction sees it (``StoredRecordDictionary``).
     let storedForms = StoredRecordDictionaryCell()
 
+    /// A read transaction of this one's snapshot (``LMDBEnvironment/read(atSnapshot:_:)``); not
+    /// for a write transaction or a view over the writer's regions, which no other transaction sees.
+    func readingSameSnapshot<T>(_ body: (any EngineReader) throws -> T) throws -> T? {
+        guard recent?.cache == nil else { return nil }
+        return try txn.environment.read(atSnapshot: UInt64(mdb_txn_id(txn.handle))) { peer in
+            try body(LMDBAccess(txn: peer, db: db, recent: recent.map { RecentRegions(databases: $0.databases, cache: nil) }))
+        }
+    }
+
     static let vaultPrefix: UInt8 = 0x75  // "u"
     /// Legacy sealed UIDs (``SealedUID/legacy``, stored without the layout byte), after every `u`
     /// entry, as builds up to session 27 wrote them. Read, erased and copied (a migration of a
@@ -808,10 +817,11 @@ struct LMDBAccess: EngineReader, EngineWriter {
         return nil
     }
 
-    func forEachVaultEntry(_ body: (Key128, VaultEntry) throws -> Bool) throws {
+    func forEachVaultEntry(from start: Key128, _ body: (Key128, VaultEntry) throws -> Bool) throws {
+        let first = [Self.vaultPrefix] + start.bytes
         if let recent {
             try forEachWithRecent(
-                db.identities, prefix: [Self.vaultPrefix], from: [Self.vaultPrefix], duplicates: false,
+                db.identities, prefix: [Self.vaultPrefix], from: first, duplicates: false,
                 overlay: { region in try recentOverlay(in: recent, region: region).vault.map { ($0.0, $0.1.bytes) } }
             ) { key, value in
                 guard key.first == Self.vaultPrefix else { return false }
@@ -823,7 +833,7 @@ struct LMDBAccess: EngineReader, EngineWriter {
         }
         let cursor = try txn.cursor(db.identities)
         defer { cursor.close() }
-        var entry = try [Self.vaultPrefix].withUnsafeBytes { try cursor.get(MDB_SET_RANGE, key: $0) }
+        var entry = try first.withUnsafeBytes { try cursor.get(MDB_SET_RANGE, key: $0) }
         while let (key, value) = entry, key.first == Self.vaultPrefix {
             guard key.count == 17, value.count == 16 else { throw corrupt("an identity entry of \(key.count) and \(value.count) bytes") }
             let account = AccountID(Key128(loading: value, at: 0))

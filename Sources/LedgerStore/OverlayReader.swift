@@ -131,7 +131,9 @@ public struct OverlayReader: EngineReader {
         return try base.merkleNode(level: level, index: index)
     }
 
-    public func forEachVaultEntry(_ body: (Key128, VaultEntry) throws -> Bool) throws { throw unsupported("a walk of the vault") }
+    public func forEachVaultEntry(from start: Key128, _ body: (Key128, VaultEntry) throws -> Bool) throws {
+        throw unsupported("a walk of the vault")
+    }
     public func forEachSealedUID(_ body: (AccountID, [UInt8]) throws -> Bool) throws { throw unsupported("a walk of the vault") }
     public func vaultEntryCount() throws -> Int { throw unsupported("the vault's size") }
     public func forEachEntry(of index: EngineIndex, _ body: (IndexEntry) throws -> Bool) throws { throw unsupported("a walk of an index") }

@@ -569,15 +569,15 @@ final class PostgresAccess: EngineReader, EngineWriter {
         return rows.count == 0 ? nil : Self.sealedValue(rows.bytes(0, 0), bound: rows.bytes(0, 1))
     }
 
-    func forEachVaultEntry(_ body: (Key128, VaultEntry) throws -> Bool) throws {
+    func forEachVaultEntry(from start: Key128, _ body: (Key128, VaultEntry) throws -> Bool) throws {
         var after: [UInt8]?
         while true {
             let rows = try query(
                 """
                 SELECT i.vault_key, i.account, s.sealed_uid, \(bound("s")) FROM ledger_identities AS i
                 LEFT JOIN ledger_sealed_uids AS s ON s.account = i.account
-                """ + (after == nil ? "" : " WHERE i.vault_key > $1") + " ORDER BY i.vault_key LIMIT \(PostgresEngine.page)",
-                after.map { [.bytes($0)] } ?? [])
+                """ + (after == nil ? " WHERE i.vault_key >= $1" : " WHERE i.vault_key > $1") + " ORDER BY i.vault_key LIMIT \(PostgresEngine.page)",
+                [.bytes(after ?? start.bytes)])
             for row in 0..<rows.count {
                 let account = AccountID(try PostgresRowDecoding.key128(rows.value(row, 1)))
                 let entry = VaultEntry(account: account, sealedUID: Self.sealedValue(rows.bytes(row, 2), bound: rows.bytes(row, 3)))

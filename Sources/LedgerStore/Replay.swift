@@ -241,11 +241,12 @@ extension LedgerStore {
     }
 
     /// ``replay(repair:progress:)`` with at most `lineagesPerPass` lineages per pass (tests make it small),
-    /// the reading thread hashing the implied index entries as `readerHashing` says, and (without
+    /// the reading thread hashing the implied index entries as `readerHashing` says, the stored side
+    /// walked as `walking` says, and (without
     /// `repair`) the identity vault checked unless `checkingVault` is false.
     func replay(
         repair: Bool, progress: ((UInt64, UInt64) -> Void)?, lineagesPerPass: Int, readerHashing: Analysis.ReaderHashing = .whenBehind,
-        checkingVault: Bool = true
+        walking: Analysis.StoredWalking = .whicheverIsFree, checkingVault: Bool = true
     ) throws -> ReplayReport {
         for _ in 0..<3 {
             var passes = Analysis.Passes()
@@ -255,7 +256,8 @@ extension LedgerStore {
                     var first: Analysis.First?
                     for pass in 0..<count {
                         let analysis = try Analysis.run(
-                            reader, pass: pass, of: count, models: models, after: first, readerHashing: readerHashing, progress: progress)
+                            reader, pass: pass, of: count, models: models, after: first, readerHashing: readerHashing, walking: walking,
+                            progress: progress)
                         if pass == 0 { first = analysis.first }
                         passes.add(analysis)
                     }
@@ -272,7 +274,8 @@ extension LedgerStore {
                     let analysis = try read({ reader -> Analysis? in
                         if let first, try reader.head() != first.head { return nil }
                         return try Analysis.run(
-                            reader, pass: pass, of: count, models: models, after: first, readerHashing: readerHashing, progress: progress)
+                            reader, pass: pass, of: count, models: models, after: first, readerHashing: readerHashing, walking: walking,
+                            progress: progress)
                     })
                 else {
                     grew = true
@@ -546,6 +549,86 @@ struct Analysis {
         case whenBehind, always
     }
 
+    /// The other side of a pass's comparisons: the stored indexes (first pass) and this pass's persisted
+    /// read models, each walked and hashed whole by whichever thread takes it first: the reading thread
+    /// once the log is read, the folding thread once its fold is done (on a transaction of its own, of
+    /// the same snapshot). Multiset hashes are sums, so who walks what does not change them.
+    final class StoredWalks: @unchecked Sendable {
+        enum Walk {
+            case index(EngineIndex)
+            case readModels
+        }
+        private let lock = NSLock()
+        /// The walks not yet taken, largest first, so the thread that finishes last has the least left.
+        private var pending: [Walk]
+        private let modelKeys: ModelKeys
+        /// The log's records: a read-model tree that yields more entries is damaged (``readModelCount(_:)``).
+        private let records: UInt64
+        private(set) var stored: [EngineIndex: MultisetHash] = [:]
+        private(set) var persistedModels = MultisetHash()
+        private(set) var error: (any Error)?
+
+        init(indexes: Bool, modelKeys: ModelKeys, records: UInt64) {
+            /// About how many entries each index holds per record, on a typical log.
+            func weight(_ index: EngineIndex) -> Int {
+                switch index {
+                case .lineages: 4
+                case .accountLineages: 2
+                case .commands: 1
+                case .merkle: 0
+                }
+            }
+            let indexes = indexes ? EngineIndex.allCases.sorted { weight($0) > weight($1) }.map(Walk.index) : []
+            pending = Array(indexes.prefix(1)) + [.readModels] + indexes.dropFirst()
+            self.modelKeys = modelKeys
+            self.records = records
+        }
+
+        /// Whether a walk is left to take.
+        var remain: Bool { lock.withLock { error == nil && !pending.isEmpty } }
+
+        private func next() -> Walk? { lock.withLock { error == nil && !pending.isEmpty ? pending.removeFirst() : nil } }
+
+        /// Takes walks and hashes them through `reader` until none is left or one failed (``error``).
+        func run(_ reader: any EngineReader) {
+            while let walk = next() {
+                do {
+                    var hash = MultisetHash()
+                    switch walk {
+                    case .index(let index):
+                        try reader.forEachEntry(of: index) { entry in
+                            hash.add(entry)
+                            return true
+                        }
+                        lock.withLock { stored[index] = hash }
+                    case .readModels:
+                        var visited: UInt64 = 0
+                        try reader.forEachReadModelBytes(from: modelKeys.start) { key, value in
+                            guard modelKeys.contains(key) else { return false }
+                            visited += 1
+                            guard visited <= records else {
+                                throw LedgerStoreError.corrupt(
+                                    "read-models yields more entries than the log has records (\(records)): data.mdb is damaged")
+                            }
+                            hash.add(key: key, value: value)
+                            return true
+                        }
+                        lock.withLock { persistedModels = hash }
+                    }
+                } catch {
+                    lock.withLock { if self.error == nil { self.error = error } }
+                }
+            }
+        }
+    }
+
+    /// Which thread walks the stored side (``StoredWalks``): whichever is free first, or (tests) the
+    /// folding thread, the reading thread walking only what it leaves (all, when the engine gives it no
+    /// transaction of the same snapshot).
+    enum StoredWalking {
+        case whicheverIsFree, foldingThreadFirst
+    }
+
     /// What the folding thread found.
     final class Fold: @unchecked Sendable {
         /// The fold's state: the folding thread moves it into a local value while it runs (no
@@ -561,14 +644,16 @@ struct Analysis {
             self.modelKeys = modelKeys
         }
 
-        /// Checks and folds the batches until the handoff closes.
-        func run(_ handoff: Handoff, normalize: (IndexEntry) -> IndexEntry) {
+        /// Checks and folds the batches until the handoff closes, hashes the replayed read models, then
+        /// takes the stored walks the reading thread has not, on a reader of `reader`'s snapshot of its
+        /// own (none when the engine gives none: the reading thread then walks them all).
+        func run(_ handoff: Handoff, walks: StoredWalks, reader: SharedReader) {
             defer { done.signal() }
             var folding = Folding(checker: InvariantChecker(), indexes: false, hasher: state.hasher)
             swap(&folding, &state)
             defer { swap(&folding, &state) }
             do {
-                while let batch = handoff.take() { try folding.add(batch, normalize: normalize) }
+                while let batch = handoff.take() { try folding.add(batch, normalize: reader.normalize) }
                 let keys = modelKeys
                 ReadModel.forEachEntry(of: folding.checker.state, lineages: folding.checker.leanLineages) { key, value in
                     if keys.contains(key) { folding.replayedModels.add(key: key, value: value) }
@@ -576,6 +661,13 @@ struct Analysis {
             } catch {
                 self.error = error
                 handoff.stop()
+                return
+            }
+            guard walks.remain, !handoff.isStopped else { return }
+            do {
+                _ = try reader.readingSameSnapshot { walks.run($0) }
+            } catch {
+                // No second transaction: the reading thread walks the rest.
             }
         }
     }
@@ -653,7 +745,7 @@ struct Analysis {
     /// `models` is the count of read models ``passes(_:lineagesPerPass:)`` took (to size the fold's tables).
     static func run(
         _ reader: any EngineReader, pass: Int = 0, of count: Int = 1, models: Int, after first: First? = nil,
-        readerHashing: ReaderHashing = .whenBehind, progress: ((UInt64, UInt64) -> Void)?
+        readerHashing: ReaderHashing = .whenBehind, walking: StoredWalking = .whicheverIsFree, progress: ((UInt64, UInt64) -> Void)?
     ) throws -> Analysis {
         let head = try reader.head()
         let hashing = pass == 0
@@ -667,8 +759,11 @@ struct Analysis {
         checker.reserveCapacity(lineages: models / count + models / count / 8)
         let modelKeys = ModelKeys(readModelKeys(pass, of: count))
         let fold = try Fold(checker: checker, indexes: hashing, modelKeys: modelKeys)
-        let normalizer = Normalizer(reader: reader)
-        Thread.detachNewThread { fold.run(handoff, normalize: normalizer.normalize) }
+        let shared = SharedReader(reader: reader)
+        // Every read model was written for a record: more of them than records is a damaged tree,
+        // whose walk could go on through garbage (``readModelCount(_:)``).
+        let walks = StoredWalks(indexes: hashing, modelKeys: modelKeys, records: head.sequence)
+        Thread.detachNewThread { fold.run(handoff, walks: walks, reader: shared) }
         var batch = Batch(first: 1)
         var decoder = RecordViewDecoder()
         /// The first record that does not decode or goes back in time: the records after it are not folded.
@@ -680,7 +775,7 @@ struct Analysis {
             batch.products = decoder.takeNewProductNames()
             try batch.readStoredNodes(reader)
             if hashing && (readerHashing == .always || handoff.isBacklogged) {
-                batch.hashImpliedEntries(normalize: normalizer.normalize, into: &impliedHere)
+                batch.hashImpliedEntries(normalize: shared.normalize, into: &impliedHere)
             }
             handoff.put(batch)
         }
@@ -734,35 +829,17 @@ struct Analysis {
             }
         }
         handoff.close()
-        // The stored indexes, while the other thread folds.
-        var stored = [EngineIndex: MultisetHash]()
-        if hashing {
-            for index in EngineIndex.allCases {
-                var hash = MultisetHash()
-                try reader.forEachEntry(of: index) { entry in
-                    hash.add(entry)
-                    return true
-                }
-                stored[index] = hash
-            }
+        // The stored indexes and persisted read models, while the other thread folds.
+        if walking == .whicheverIsFree {
+            walks.run(reader)
+            fold.done.wait()
+        } else {
+            fold.done.wait()
+            walks.run(reader)
         }
-        // The persisted read models of this pass's range, hashed while the other thread folds.
-        var persistedModels = MultisetHash()
-        // Every read model was written for a record: more of them than records is a damaged tree,
-        // whose walk could go on through garbage (``readModelCount(_:)``).
-        let records = try reader.head().sequence
-        var visited: UInt64 = 0
-        try reader.forEachReadModelBytes(from: modelKeys.start) { key, value in
-            guard modelKeys.contains(key) else { return false }
-            visited += 1
-            guard visited <= records else {
-                throw LedgerStoreError.corrupt("read-models yields more entries than the log has records (\(records)): data.mdb is damaged")
-            }
-            persistedModels.add(key: key, value: value)
-            return true
-        }
-        fold.done.wait()
+        if let error = walks.error { throw error }
         if let error = fold.error { throw error }
+        let (stored, persistedModels) = (walks.stored, walks.persistedModels)
         var fault: ChainFault?
         if hashing {
             // A record that does not decode ends the pass there, unless a record before it is missing.
@@ -772,7 +849,7 @@ struct Analysis {
             fault = first?.report.chainFault
         }
         label?(through, through)
-        var implied = Dictionary(
+        let implied = Dictionary(
             uniqueKeysWithValues: EngineIndex.allCases.map { index in
                 var hash = fold.state.implied[index.position]
                 hash.add(impliedHere[index.position])
@@ -797,10 +874,12 @@ struct Analysis {
         return analysis
     }
 
-    /// `EngineReader.normalized` is pure: the decoding thread may call it.
-    struct Normalizer: @unchecked Sendable {
+    /// The reading thread's reader, for the two calls the folding thread may make on it while the
+    /// reading thread uses it: `normalized` (pure) and `readingSameSnapshot` (a transaction of its own).
+    struct SharedReader: @unchecked Sendable {
         let reader: any EngineReader
         func normalize(_ entry: IndexEntry) -> IndexEntry { reader.normalized(entry) }
+        func readingSameSnapshot<T>(_ body: (any EngineReader) throws -> T) throws -> T? { try reader.readingSameSnapshot(body) }
     }
 
     // MARK: Read models

@@ -38,43 +38,82 @@ extension LedgerStore {
 
     /// ``vaultDifferences(_:)``, and how many of the vault entries point to a legacy (unbound) seal:
     /// the accounts whose vault is protected only by the consistency check.
+    ///
+    /// The first step runs on two threads when the engine gives a second transaction of the reader's
+    /// snapshot (``EngineReader/readingSameSnapshot(_:)``): vault keys are keyed hashes, spread evenly,
+    /// so each thread takes half of them; the findings are the same, in the same order.
     public func vaultCheck(_ reader: any EngineReader) throws -> (differences: [String], legacySeals: Int) {
-        var differences = DifferenceList()
-        var legacySeals = 0
+        let middle = Key128(high: 1 << 63, low: 0)
+        let upperHalf = OnSameSnapshot(reader) { [self] in try tallyVaultEntries($0, from: middle, before: nil) }
+        let lowerHalf = Result { try tallyVaultEntries(reader, from: .zero, before: middle) }
+        let upper = upperHalf.wait()
+        var tally = try lowerHalf.get()
+        if tally.unreadable == nil { tally.add(try upper.get() ?? tallyVaultEntries(reader, from: middle, before: nil)) }
+        var differences = tally.differences
         do {
-            var entries = 0
-            var confirmed = 0
-            try reader.forEachVaultEntry { vaultKey, entry in
-                entries += 1
-                guard let sealed = entry.sealedUID else {
-                    differences.append("pseudonym \(entry.account): a vault entry points to it, but no UID is sealed under it")
-                    return true
-                }
-                // A sealed UID that does not unseal is named by the third step (which then runs):
-                // once, whether or not an entry points to it.
-                guard let uid = try openSealedUID(sealed, of: entry.account) else { return true }
-                if sealed.first == SealedUID.legacy { legacySeals += 1 }
-                if try keys.vaultKey(uidBytes: uid) == vaultKey {
-                    confirmed += 1
-                } else {
-                    differences.append(
-                        "pseudonym \(entry.account): the vault entry pointing to it is not its UID's (the UID sealed under it has another vault key): entries swapped, copied or changed"
-                    )
-                }
-                return true
-            }
-            let sealedUIDs = try reader.vaultEntryCount() - entries
-            guard sealedUIDs != confirmed else { return (differences.lines, legacySeals) }
+            if let unreadable = tally.unreadable { throw LedgerStoreError.corrupt(unreadable) }
+            let sealedUIDs = try reader.vaultEntryCount() - tally.entries
+            guard sealedUIDs != tally.confirmed else { return (differences.lines, tally.legacySeals) }
             try forEachUnaccountedSealedUID(reader) { account, problem in differences.append("pseudonym \(account): \(problem)") }
             if differences.isEmpty {
                 differences.append(
-                    "the identity vault holds \(sealedUIDs) sealed UIDs for \(confirmed) vault entries that are their UIDs': \(abs(sealedUIDs - confirmed)) unaccounted for"
+                    "the identity vault holds \(sealedUIDs) sealed UIDs for \(tally.confirmed) vault entries that are their UIDs': \(abs(sealedUIDs - tally.confirmed)) unaccounted for"
                 )
             }
         } catch LedgerStoreError.corrupt(let message) {
             differences.append("the identity vault cannot be read: \(message)")
         }
-        return (differences.lines, legacySeals)
+        return (differences.lines, tally.legacySeals)
+    }
+
+    /// What the first step of ``vaultCheck(_:)`` found over a range of vault keys.
+    private struct VaultTally {
+        var entries = 0
+        var confirmed = 0
+        var legacySeals = 0
+        var differences = DifferenceList()
+        /// Why the walk stopped at an entry it could not read (nothing after it was checked).
+        var unreadable: String?
+
+        /// Adds the tally of the range after this one.
+        mutating func add(_ next: VaultTally) {
+            entries += next.entries
+            confirmed += next.confirmed
+            legacySeals += next.legacySeals
+            differences.append(contentsOf: next.differences)
+            unreadable = next.unreadable
+        }
+    }
+
+    /// The first step of ``vaultCheck(_:)`` over the vault entries from `start` to before `end` (nil:
+    /// to the last): each one's sealed UID unsealed, and its UID's vault key compared with the entry's.
+    private func tallyVaultEntries(_ reader: any EngineReader, from start: Key128, before end: Key128?) throws -> VaultTally {
+        var tally = VaultTally()
+        do {
+            try reader.forEachVaultEntry(from: start) { vaultKey, entry in
+                if let end, vaultKey >= end { return false }
+                tally.entries += 1
+                guard let sealed = entry.sealedUID else {
+                    tally.differences.append("pseudonym \(entry.account): a vault entry points to it, but no UID is sealed under it")
+                    return true
+                }
+                // A sealed UID that does not unseal is named by the third step (which then runs):
+                // once, whether or not an entry points to it.
+                guard let uid = try openSealedUID(sealed, of: entry.account) else { return true }
+                if sealed.first == SealedUID.legacy { tally.legacySeals += 1 }
+                if try keys.vaultKey(uidBytes: uid) == vaultKey {
+                    tally.confirmed += 1
+                } else {
+                    tally.differences.append(
+                        "pseudonym \(entry.account): the vault entry pointing to it is not its UID's (the UID sealed under it has another vault key): entries swapped, copied or changed"
+                    )
+                }
+                return true
+            }
+        } catch LedgerStoreError.corrupt(let message) {
+            tally.unreadable = message
+        }
+        return tally
     }
 
     /// Visits each sealed UID that no confirmed vault entry accounts for, with what is wrong with it.

@@ -2,6 +2,7 @@ import Foundation
 import LedgerCore
 import LedgerTestSupport
 import OwnershipLedger
+import Projections
 import Testing
 
 @testable import LedgerStore
@@ -124,6 +125,71 @@ import Testing
         let lineage = try ledger.lineage(originalTransactionId: "1001")
         try damage(ledger, removing: [try lineageEntry(ledger, lineage, approval)])
         #expect(try expectSameReports().indexDifferences == ["lineages: missing entry for record \(approval) (lineage \(lineage))"])
+    }
+
+    /// The folding thread walks stored indexes and read models on a transaction of its own, which
+    /// LMDB gives only while it is the reading thread's snapshot: asked from another thread it reads
+    /// what the reader reads; once a write has committed since, there is none (the reading thread
+    /// then walks everything), and the reader still reads its snapshot.
+    @Test func aReaderOfTheSameSnapshotIsGivenUntilAWriteCommits() throws {
+        let (ledger, directory) = try populatedLedger()
+        defer { directory.remove() }
+        /// What `readingSameSnapshot` gives on another thread: the head it reads, or nil.
+        func peerHead(_ reader: any EngineReader) throws -> UInt64? {
+            let shared = Analysis.SharedReader(reader: reader)
+            nonisolated(unsafe) var result: Result<UInt64?, any Error> = .success(nil)
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                result = Result { try shared.readingSameSnapshot { try $0.head().sequence } }
+                done.signal()
+            }
+            done.wait()
+            return try result.get()
+        }
+        try ledger.store.lmdbEngine.read { reader throws in
+            #expect(try peerHead(reader) == 4)
+            let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+            let answer = submit.respond(
+                to: Fixtures.line(["type": "purchase", "account": "dave", "transaction": Fixtures.transaction("9", at: t), "at": t]))
+            #expect(Fixtures.object(answer)["decision"] as? String == "granted", "\(answer)")
+            #expect(try peerHead(reader) == nil)
+            #expect(try reader.head().sequence == 4)
+        }
+        try ledger.store.lmdbEngine.read { reader throws in #expect(try peerHead(reader) == 5) }
+    }
+
+    /// The stored side walked by the folding thread (on its own transaction) or by the reading thread
+    /// gives the same reports: intact, with damaged indexes and a changed read model, in one pass and
+    /// in several (a later pass walks only its range of read models).
+    @Test func storedIndexesWalkedByTheFoldingThreadGiveTheSameReports() throws {
+        let (ledger, directory) = try populatedLedger(purchases: 6)
+        defer { directory.remove() }
+        func expectSameReports() throws -> ReplayReport {
+            var reports: [ReplayReport] = []
+            for perPass in [Int.max, 2] {
+                for walking in [Analysis.StoredWalking.foldingThreadFirst, .whicheverIsFree] {
+                    reports.append(try ledger.store.replay(repair: false, progress: nil, lineagesPerPass: perPass, walking: walking))
+                }
+            }
+            for report in reports.dropFirst() {
+                #expect(report.indexDifferences == reports[0].indexDifferences)
+                #expect(report.readModelDifferences == reports[0].readModelDifferences)
+                #expect(report.isIntact == reports[0].isIntact && report.events == reports[0].events)
+            }
+            return reports[0]
+        }
+        #expect(try expectSameReports().isIntact)
+        let lineage = try ledger.lineage(originalTransactionId: "2")
+        let alice = try #require(try ledger.store.read { try ledger.store.pseudonym(ofUID: "alice", in: $0) })
+        try damage(ledger, removing: [try lineageEntry(ledger, lineage, 2)], adding: [.accountLineage(alice, lineage, sequence: 2)])
+        try ledger.store.lmdbEngine.withWriteAccess { try $0.putReadModels([(ReadModel.lineageKey(lineage), [0])]) }
+        let damaged = try expectSameReports()
+        #expect(
+            damaged.indexDifferences.sorted() == [
+                "account-lineages: unexpected entry for record 2 (account \(alice), lineage \(lineage))",
+                "lineages: missing entry for record 2 (lineage \(lineage))",
+            ])
+        #expect(damaged.readModelDifferences == ["lineage \(lineage): persisted and replayed values differ"])
     }
 
     @Test func aMissingLineageEntryIsReportedAndRebuildRestoresIt() throws {

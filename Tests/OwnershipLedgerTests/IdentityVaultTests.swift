@@ -103,6 +103,40 @@ import Testing
         #expect(try verify(ledger).status == 1)
     }
 
+    /// `verify` checks the vault entries in two halves of the vault keys, the upper half on a second
+    /// thread: entries swapped in both halves are each named once, the first step's findings in
+    /// vault-key order as one walk would list them, and nothing else is.
+    @Test func bothHalvesOfTheVaultAreCheckedAndListedInVaultKeyOrder() throws {
+        let (ledger, directory) = try Fixtures.ledger()
+        defer { directory.remove() }
+        let submit = SubmitProtocol(ledger: ledger, trustDecoded: true)
+        let uids = (0..<24).map { "vault-split-\($0)-Wq4Zr8" }
+        for (index, uid) in uids.enumerated() {
+            send(submit, ["type": "purchase", "account": uid, "transaction": Fixtures.transaction("\(index + 100)", at: t), "at": t])
+        }
+        #expect(try ledger.store.replay().vaultDifferences == [])
+        let middle = Key128(high: 1 << 63, low: 0)
+        let keyed = try uids.map { (uid: $0, vaultKey: try ledger.store.keys.vaultKey(uid: $0)) }
+        let lower = keyed.filter { $0.vaultKey < middle }.prefix(2).map(\.uid)
+        let upper = keyed.filter { $0.vaultKey >= middle }.prefix(2).map(\.uid)
+        try #require(lower.count == 2 && upper.count == 2)
+        // Each swapped UID with its own pseudonym and its partner's, which its entry then points to.
+        let swaps = try [(lower[0], lower[1]), (lower[1], lower[0]), (upper[0], upper[1]), (upper[1], upper[0])].map {
+            (
+                vaultKey: try ledger.store.keys.vaultKey(uid: $0.0), own: try Self.identity(ledger.store, $0.0).account,
+                partner: try Self.identity(ledger.store, $0.1).account
+            )
+        }
+        try Self.swapVaultEntries(ledger.store, lower[0], lower[1])
+        try Self.swapVaultEntries(ledger.store, upper[0], upper[1])
+        let differences = try ledger.store.replay().vaultDifferences
+        // The first step names the pseudonym each entry points to, in vault-key order; the third each
+        // sealed UID whose UID's entry points elsewhere.
+        #expect(Array(differences.prefix(4)) == swaps.sorted { $0.vaultKey < $1.vaultKey }.map { "pseudonym \($0.partner): \(Self.swapped)" })
+        #expect(Set(differences.dropFirst(4)) == Set(swaps.map { "pseudonym \($0.own): \(Self.pointsElsewhere($0.partner))" }), "\(differences)")
+        #expect(differences.count == 8)
+    }
+
     /// Each kind of vault damage `rewriteVault` can make is named, with the pseudonyms it concerns.
     @Test func verifyNamesACopiedEntryAnAlienSealedUIDAndOneThatDoesNotUnseal() throws {
         // bob's entry points to alice's account (copied): bob's own account is left with no entry pointing to it.
