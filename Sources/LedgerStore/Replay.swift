@@ -229,15 +229,17 @@ extension LedgerStore {
     /// `repair`, then makes the read models and the derived indexes equal to the log's.
     /// `progress` is called with (records done, total) every 10,000 records. Without `repair`, also
     /// checks the identity vault on the same snapshot (``vaultDifferences(_:)``), which no repair
-    /// changes.
+    /// changes, calling `vaultProgress` with (accounts checked, total) as ``vaultCheck(_:progress:)`` does.
     ///
     /// Memory stays bounded whatever the store's size: when the store holds more lineages than
     /// ``Analysis/lineagesPerPass``, the lineage key space is split into ranges and the log is
     /// folded once per range, each pass keeping the state of its range only (the first pass also does
     /// the hashes and indexes). A check runs every pass on one snapshot; a repair repairs each range
     /// after its pass, and analyses again when the log grew meanwhile.
-    public func replay(repair: Bool = false, progress: ((UInt64, UInt64) -> Void)? = nil) throws -> ReplayReport {
-        try replay(repair: repair, progress: progress, lineagesPerPass: Analysis.lineagesPerPass)
+    public func replay(
+        repair: Bool = false, progress: ((UInt64, UInt64) -> Void)? = nil, vaultProgress: ((UInt64, UInt64) -> Void)? = nil
+    ) throws -> ReplayReport {
+        try replay(repair: repair, progress: progress, lineagesPerPass: Analysis.lineagesPerPass, vaultProgress: vaultProgress)
     }
 
     /// ``replay(repair:progress:)`` with at most `lineagesPerPass` lineages per pass (tests make it small),
@@ -246,7 +248,7 @@ extension LedgerStore {
     /// `repair`) the identity vault checked unless `checkingVault` is false.
     func replay(
         repair: Bool, progress: ((UInt64, UInt64) -> Void)?, lineagesPerPass: Int, readerHashing: Analysis.ReaderHashing = .whenBehind,
-        walking: Analysis.StoredWalking = .whicheverIsFree, checkingVault: Bool = true
+        walking: Analysis.StoredWalking = .whicheverIsFree, checkingVault: Bool = true, vaultProgress: ((UInt64, UInt64) -> Void)? = nil
     ) throws -> ReplayReport {
         for _ in 0..<3 {
             var passes = Analysis.Passes()
@@ -262,7 +264,9 @@ extension LedgerStore {
                         passes.add(analysis)
                     }
                     var report = passes.report
-                    if checkingVault { (report.vaultDifferences, report.legacySealedUIDs) = try vaultCheck(reader) }
+                    if checkingVault {
+                        (report.vaultDifferences, report.legacySealedUIDs) = try vaultCheck(reader, progress: vaultProgress)
+                    }
                     return report
                 }
             }

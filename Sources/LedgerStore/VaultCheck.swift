@@ -1,3 +1,4 @@
+import Foundation
 import LedgerCore
 import LedgerCrypto
 
@@ -41,14 +42,21 @@ extension LedgerStore {
     ///
     /// The first step runs on two threads when the engine gives a second transaction of the reader's
     /// snapshot (``EngineReader/readingSameSnapshot(_:)``): vault keys are keyed hashes, spread evenly,
-    /// so each thread takes half of them; the findings are the same, in the same order.
-    public func vaultCheck(_ reader: any EngineReader) throws -> (differences: [String], legacySeals: Int) {
+    /// so each thread takes half of them; the findings are the same, in the same order. `progress` is
+    /// called with (vault entries checked, their count) as the first step goes, and once at its end:
+    /// from either thread, never two calls at once.
+    public func vaultCheck(
+        _ reader: any EngineReader, progress: ((UInt64, UInt64) -> Void)? = nil
+    ) throws -> (differences: [String], legacySeals: Int) {
         let middle = Key128(high: 1 << 63, low: 0)
-        let upperHalf = OnSameSnapshot(reader) { [self] in try tallyVaultEntries($0, from: middle, before: nil) }
-        let lowerHalf = Result { try tallyVaultEntries(reader, from: .zero, before: middle) }
+        // The vault holds an entry and a sealed UID per account.
+        let counter = try progress.map { VaultProgress(total: UInt64(max(0, try reader.vaultEntryCount() / 2)), report: $0) }
+        let upperHalf = OnSameSnapshot(reader) { [self] in try tallyVaultEntries($0, from: middle, before: nil, counter: counter) }
+        let lowerHalf = Result { try tallyVaultEntries(reader, from: .zero, before: middle, counter: counter) }
         let upper = upperHalf.wait()
         var tally = try lowerHalf.get()
-        if tally.unreadable == nil { tally.add(try upper.get() ?? tallyVaultEntries(reader, from: middle, before: nil)) }
+        if tally.unreadable == nil { tally.add(try upper.get() ?? tallyVaultEntries(reader, from: middle, before: nil, counter: counter)) }
+        counter?.finish()
         var differences = tally.differences
         do {
             if let unreadable = tally.unreadable { throw LedgerStoreError.corrupt(unreadable) }
@@ -87,12 +95,16 @@ extension LedgerStore {
 
     /// The first step of ``vaultCheck(_:)`` over the vault entries from `start` to before `end` (nil:
     /// to the last): each one's sealed UID unsealed, and its UID's vault key compared with the entry's.
-    private func tallyVaultEntries(_ reader: any EngineReader, from start: Key128, before end: Key128?) throws -> VaultTally {
+    private func tallyVaultEntries(
+        _ reader: any EngineReader, from start: Key128, before end: Key128?, counter: VaultProgress?
+    ) throws -> VaultTally {
         var tally = VaultTally()
+        defer { counter?.add(UInt64(tally.entries % VaultProgress.step)) }
         do {
             try reader.forEachVaultEntry(from: start) { vaultKey, entry in
                 if let end, vaultKey >= end { return false }
                 tally.entries += 1
+                if tally.entries % VaultProgress.step == 0 { counter?.add(UInt64(VaultProgress.step)) }
                 guard let sealed = entry.sealedUID else {
                     tally.differences.append("pseudonym \(entry.account): a vault entry points to it, but no UID is sealed under it")
                     return true
@@ -114,6 +126,30 @@ extension LedgerStore {
             tally.unreadable = message
         }
         return tally
+    }
+
+    /// The vault entries the first step has checked, on either thread, reported every 10,000 or so.
+    private final class VaultProgress: @unchecked Sendable {
+        static let step = 1_000
+        private let lock = NSLock()
+        private let total: UInt64
+        private let report: (UInt64, UInt64) -> Void
+        private var done: UInt64 = 0
+        private var reported: UInt64 = 0
+
+        init(total: UInt64, report: @escaping (UInt64, UInt64) -> Void) { (self.total, self.report) = (total, report) }
+
+        func add(_ count: UInt64) {
+            lock.withLock {
+                done += count
+                guard done - reported >= 10_000, done < total else { return }
+                reported = done
+                report(done, total)
+            }
+        }
+
+        /// Reports the end: every entry checked (as many as there were).
+        func finish() { lock.withLock { report(done, done) } }
     }
 
     /// Visits each sealed UID that no confirmed vault entry accounts for, with what is wrong with it.

@@ -98,7 +98,9 @@ public enum Backup {
             progress?("copy", UInt64(bytes), UInt64(bytes))
             let (verification, head, signed) = try {
                 let copy = try LedgerStore.openCopy(at: directory, keyDirectory: store.keyDirectory)
-                let verification = try copy.replay(progress: progress.map { report in { report("verify", $0, $1) } })
+                let verification = try copy.replay(
+                    progress: progress.map { report in { report("verify", $0, $1) } },
+                    vaultProgress: progress.map { report in { report("identity vault", $0, $1) } })
                 let (head, signed) = try copy.read { reader in
                     (try reader.head(), try Ledger.checkpoint(of: reader, key: signer, extensions: [dataLine(bytes: bytes, sha256: digest)]))
                 }
@@ -209,7 +211,9 @@ public enum Backup {
             let (verification, head, stateHash) = try {
                 let store = try LedgerStore(opening: staging, keyDirectory: keySource)
                 _ = try store.signer()
-                let verification = try store.replay(progress: progress.map { report in { report("verify", $0, $1) } })
+                let verification = try store.replay(
+                    progress: progress.map { report in { report("verify", $0, $1) } },
+                    vaultProgress: progress.map { report in { report("identity vault", $0, $1) } })
                 let (head, stateHash) = try store.read { reader in (try reader.head(), try Forensics.persistedStateHash(reader)) }
                 return (verification, head, stateHash)
             }()

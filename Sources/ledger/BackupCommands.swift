@@ -38,7 +38,8 @@ struct BackupCommand: Subcommand {
         let report = try refusals {
             try Backup.take(
                 of: ledger, into: out, includeKeys: arguments.flags.contains("include-keys"),
-                progress: Progress.stages(label: "backup", units: ["copy": "bytes", "snapshot": "records", "verify": "records"]))
+                progress: Progress.stages(
+                    label: "backup", units: ["copy": "bytes", "snapshot": "records", "verify": "records", "identity vault": "accounts"]))
         }
         console.out(
             JSONLine.render([
@@ -97,7 +98,7 @@ struct RestoreCommand: Subcommand {
         let report = try refusals {
             try Backup.restore(
                 from: from, to: to, keyDirectory: keyDirectory,
-                progress: Progress.stages(label: "restore", units: ["copy": "bytes", "verify": "records"]))
+                progress: Progress.stages(label: "restore", units: ["copy": "bytes", "verify": "records", "identity vault": "accounts"]))
         }
         console.out(
             JSONLine.render([

@@ -159,7 +159,8 @@ struct VerifyCommand: Subcommand {
         100 lines each, then "… and N more"; formatOneHistory: support steps an upgrade copied from storage format 1
         without the signatures format 2 requires, which are not violations). Exit 0 only when all hold;
         1 otherwise, with the first and last bad sequence numbers when the chain is broken (`ledger
-        rebuild` repairs read models and indexes).
+        rebuild` repairs read models and indexes). Shows progress on a terminal: the log's records,
+        then the accounts the vault check has checked.
         --checkpoint also checks a signed checkpoint (`ledger checkpoint`): its signature (store's signing
         key, or KEY), the root of its first SIZE records, a consistency proof to today's log, and the
         projection state hash of a replay of those records (docs/forensics.md).
@@ -182,7 +183,9 @@ struct VerifyCommand: Subcommand {
         let ledger = arguments.value("checkpoint") == nil ? nil : try openLedger(arguments)
         let store = try ledger?.store ?? openStore(arguments)
         let checkpoint = try ledger.flatMap { try CheckpointVerification.run($0, arguments: arguments) }
-        let report = try store.replay(progress: Progress.reporter(console: console, label: "verify"))
+        let report = try store.replay(
+            progress: Progress.reporter(console: console, label: "verify"),
+            vaultProgress: Progress.reporter(console: console, label: "verify: identity vault", unit: "accounts"))
         var object: JSONObject = [
             "intact": report.isIntact, "verifiedRecords": report.verifiedRecords, "events": report.events,
             "invariantViolations": report.violations.map { ["invariant": $0.invariant, "seq": $0.sequence, "message": $0.message] },
@@ -271,11 +274,11 @@ struct StatsCommand: Subcommand {
 
 /// Progress lines on standard error, only when it is a terminal.
 enum Progress {
-    static func reporter(console: Console, label: String) -> ((UInt64, UInt64) -> Void)? {
+    static func reporter(console: Console, label: String, unit: String = "records") -> ((UInt64, UInt64) -> Void)? {
         guard isatty(STDERR_FILENO) == 1 else { return nil }
         return { done, total in
             let percent = total == 0 ? 100 : Int(done * 100 / total)
-            console.progress("\r\(label): \(done)/\(total) records (\(percent)%)\(done == total ? "\n" : "")")
+            console.progress("\r\(label): \(done)/\(total) \(unit) (\(percent)%)\(done == total ? "\n" : "")")
         }
     }
 

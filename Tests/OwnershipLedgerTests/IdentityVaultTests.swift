@@ -103,6 +103,27 @@ import Testing
         #expect(try verify(ledger).status == 1)
     }
 
+    /// On a terminal `verify` shows its progress on standard error: the log's records, then the accounts
+    /// the vault check has checked (`script` runs it on a pseudo-terminal and copies what it shows).
+    @Test func verifyOnATerminalShowsTheRecordsThenTheVaultsAccounts() throws {
+        let (ledger, directory, _) = try populatedLedger()
+        defer { directory.remove() }
+        let command = ([LedgerBinary.url.path, "verify"] + ledger.store.location.arguments).map { "'\($0)'" }.joined(separator: " ")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+        process.arguments = ["-q", "-e", "-c", command, "/dev/null"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let shown = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(shown)")
+        #expect(shown.contains("verify: 3/3 records (100%)"), "\(shown)")
+        #expect(shown.contains("verify: identity vault: 3/3 accounts (100%)"), "\(shown)")
+        #expect(try verify(ledger).stderr.isEmpty, "no progress when standard error is not a terminal")
+    }
+
     /// `verify` checks the vault entries in two halves of the vault keys, the upper half on a second
     /// thread: entries swapped in both halves are each named once, the first step's findings in
     /// vault-key order as one walk would list them, and nothing else is.
