@@ -82,6 +82,60 @@ public struct SubmitProtocol: Sendable {
         public let bytes: [UInt8]
         /// ``bytes`` as a string.
         public var line: String { String(decoding: bytes, as: UTF8.self) }
+
+        /// The answer `response` (with `id` added) renders.
+        init(_ response: JSONMembers, id: JSONValue?) {
+            var response = response
+            if let id { response["id"] = id }
+            decision = response["decision"]?.string ?? Outcome.invalid.rawValue
+            code = response["code"]?.string ?? "internal"
+            message = response["message"]?.string ?? ""
+            bytes = JSONWriter.render(.object(response))
+        }
+
+        /// The answer to a line decided once: byte for byte what ``render(_:)`` of `decision` (with
+        /// `appleBillingContinues` and `id` added) renders, written key by key in sorted order without
+        /// building the object, since every line `ledger submit` decides is answered this way.
+        init(_ decision: Decision, appleBillingContinues: Bool, id: JSONValue?) {
+            self.decision = decision.outcome.rawValue
+            code = decision.code
+            message = decision.message
+            var output: [UInt8] = []
+            output.reserveCapacity(256)
+            JSONWriter.append(appleBillingContinues ? "{\"appleBillingContinues\":true,\"code\":" : "{\"code\":", to: &output)
+            JSONWriter.writeString(code, into: &output)
+            JSONWriter.append(",\"decision\":", to: &output)
+            JSONWriter.writeString(self.decision, into: &output)
+            if decision.duplicate { JSONWriter.append(",\"duplicate\":true", to: &output) }
+            if let entitlement = decision.entitlement {
+                JSONWriter.append(entitlement.active ? ",\"entitlement\":{\"active\":true" : ",\"entitlement\":{\"active\":false", to: &output)
+                if let ended = entitlement.endedBecause {
+                    JSONWriter.append(",\"ended\":", to: &output)
+                    JSONWriter.writeString(ended, into: &output)
+                }
+                JSONWriter.append(",\"expiresAt\":", to: &output)
+                if let expiresAt = entitlement.expiresAt {
+                    JSONWriter.writeString(LedgerTime.format(expiresAt), into: &output)
+                } else {
+                    JSONWriter.append("null", to: &output)
+                }
+                JSONWriter.append(",\"productId\":", to: &output)
+                JSONWriter.writeString(entitlement.productId, into: &output)
+                JSONWriter.append(entitlement.revoked ? ",\"revoked\":true}" : ",\"revoked\":false}", to: &output)
+            }
+            if let id {
+                JSONWriter.append(",\"id\":", to: &output)
+                JSONWriter.write(id, into: &output)
+            }
+            JSONWriter.append(",\"message\":", to: &output)
+            JSONWriter.writeString(message, into: &output)
+            if let sequence = decision.sequence {
+                JSONWriter.append(",\"seq\":", to: &output)
+                JSONWriter.writeInteger(Int64(sequence), into: &output)
+            }
+            output.append(UInt8(ascii: "}"))
+            bytes = output
+        }
     }
 
     /// Parses and verifies each line (its UTF-8 bytes; the work that needs no store); an invalid
@@ -132,23 +186,23 @@ public struct SubmitProtocol: Sendable {
 
     /// The answers to `prepared`'s lines, in input order, given what became of each of its groups.
     public func answers(to prepared: PreparedLines, decided: [Result<[Decision], any Error>]) -> [Answer] {
-        var answers = prepared.invalid
+        var answers = [Answer?](repeating: nil, count: prepared.invalid.count)
         for ((group, line), result) in zip(zip(prepared.groups, prepared.lineOfGroup), decided) {
+            let deletion = !group.submissions.isEmpty && group.submissions[0].isAccountDeletion
             switch result {
+            case .success(let decisions) where decisions.count == 1:
+                answers[line] = Answer(decisions[0], appleBillingContinues: deletion, id: prepared.ids[line])
             case .success(let decisions):
-                var response = decisions.count == 1 ? render(decisions[0]) : summarise(decisions)
-                if !group.submissions.isEmpty, group.submissions[0].isAccountDeletion { response["appleBillingContinues"] = true }
-                answers[line] = response
+                var response = summarise(decisions)
+                if deletion { response["appleBillingContinues"] = true }
+                answers[line] = Answer(response, id: prepared.ids[line])
             case .failure(let error):
-                answers[line] = invalid(error)
+                answers[line] = Answer(invalid(error), id: prepared.ids[line])
             }
         }
-        return zip(answers, prepared.ids).map { answer, id in
-            var response = answer ?? invalid(ProtocolError("line was not answered", code: "internal"))
-            if let id { response["id"] = id }
-            return Answer(
-                decision: response["decision"]?.string ?? Outcome.invalid.rawValue, code: response["code"]?.string ?? "internal",
-                message: response["message"]?.string ?? "", bytes: JSONWriter.render(.object(response)))
+        return answers.indices.map { line in
+            answers[line]
+                ?? Answer(prepared.invalid[line] ?? invalid(ProtocolError("line was not answered", code: "internal")), id: prepared.ids[line])
         }
     }
 

@@ -74,11 +74,13 @@ public enum JSONWriter {
         order.sort { JSONBytes.less(pairs[$0].key, pairs[$1].key) }
     }
 
-    static func append(_ text: StaticString, to output: inout [UInt8]) {
+    /// Appends `text` as it is, unescaped: JSON punctuation and keys known to need no escaping.
+    public static func append(_ text: StaticString, to output: inout [UInt8]) {
         output.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
     }
 
-    static func writeInteger(_ value: Int64, into output: inout [UInt8]) {
+    /// Appends `value` in decimal.
+    public static func writeInteger(_ value: Int64, into output: inout [UInt8]) {
         if value < 0 { output.append(UInt8(ascii: "-")) }
         var digits = 1
         var rest = value.magnitude
@@ -102,7 +104,8 @@ public enum JSONWriter {
         output.append(contentsOf: text.utf8)
     }
 
-    static func writeString(_ string: String, into output: inout [UInt8]) {
+    /// Appends `string` quoted and escaped.
+    public static func writeString(_ string: String, into output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
         let written: Void? = string.utf8.withContiguousStorageIfAvailable { writeEscaped($0, into: &output) }
         if written == nil { Array(string.utf8).withUnsafeBufferPointer { writeEscaped($0, into: &output) } }
