@@ -288,7 +288,7 @@ final class Routes: Sendable {
         }
         guard !prepared.groups.isEmpty else { return finish([]) }
         do throws(GroupCommitter.Refusal) {
-            try committer.enqueue(prepared.groups) { results in
+            try committer.enqueue(prepared) { results in
                 let failure = results.lazy.compactMap { result -> String? in
                     guard case .failure(let error) = result, !(error is SubmissionError) else { return nil }
                     return "\(error)"

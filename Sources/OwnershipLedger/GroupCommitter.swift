@@ -105,9 +105,23 @@ public final class GroupCommitter: @unchecked Sendable {
     /// - Throws: ``Refusal/full`` when the queue has no room for its submissions (an empty queue
     ///   takes any request) and the caller does not wait, ``Refusal/closed`` after ``close()``.
     public func enqueue(_ groups: Groups, waitingForRoom: Bool = false, completion: @escaping Completion) throws(Refusal) {
-        let size = groups.reduce(0) { $0 + $1.submissions.count }
         // Validating and keying need no store: done here, on the producer's thread, not the writer's.
-        let prepared = groups.map { group in Result { try ledger.prepare(group) } }
+        try enqueue(
+            prepared: groups.map { group in Result { try ledger.prepare(group) } }, size: groups.reduce(0) { $0 + $1.submissions.count },
+            waitingForRoom: waitingForRoom, completion: completion)
+    }
+
+    /// Queues the groups of `lines`, already validated and keyed by ``SubmitProtocol/prepare(_:caller:threads:)``
+    /// on the threads that parsed them; otherwise as ``enqueue(_:waitingForRoom:completion:)-(Groups,_,_)``.
+    public func enqueue(_ lines: SubmitProtocol.PreparedLines, waitingForRoom: Bool = false, completion: @escaping Completion) throws(Refusal) {
+        try enqueue(
+            prepared: lines.keyed.map { .success($0) }, size: lines.keyed.reduce(0) { $0 + $1.submissions.count }, waitingForRoom: waitingForRoom,
+            completion: completion)
+    }
+
+    private func enqueue(
+        prepared: [Result<Ledger.PreparedGroup, any Error>], size: Int, waitingForRoom: Bool, completion: @escaping Completion
+    ) throws(Refusal) {
         condition.lock()
         defer { condition.unlock() }
         while waitingForRoom && !closed && !hasRoom(for: size) { condition.wait() }

@@ -69,6 +69,9 @@ public struct SubmitProtocol: Sendable {
     public struct PreparedLines: Sendable {
         /// One group per valid line, in input order.
         public let groups: [(submissions: [Ledger.Submission], at: Timestamp)]
+        /// ``groups`` validated and keyed (``Ledger/PreparedGroup``) on the threads that parsed them,
+        /// for ``GroupCommitter/enqueue(_:waitingForRoom:completion:)-(PreparedLines,_,_)``.
+        let keyed: [Ledger.PreparedGroup]
         fileprivate let lineOfGroup: [Int]
         fileprivate let invalid: [JSONMembers?]
         fileprivate let ids: [JSONValue?]
@@ -149,14 +152,14 @@ public struct SubmitProtocol: Sendable {
         guard parts > 1 else { return prepare(lines[...], caller: caller, now: now) }
         let size = (lines.count + parts - 1) / parts
         let slices = stride(from: 0, to: lines.count, by: size).map { lines[$0..<min($0 + size, lines.count)] }
-        var prepared = [PreparedLines](repeating: PreparedLines(groups: [], lineOfGroup: [], invalid: [], ids: []), count: slices.count)
+        var prepared = [PreparedLines](repeating: PreparedLines(groups: [], keyed: [], lineOfGroup: [], invalid: [], ids: []), count: slices.count)
         prepared.withUnsafeMutableBufferPointer { buffer in
             // Each iteration writes its own element only.
             nonisolated(unsafe) let results = buffer
             DispatchQueue.concurrentPerform(iterations: slices.count) { results[$0] = prepare(slices[$0], caller: caller, now: now) }
         }
         return PreparedLines(
-            groups: prepared.flatMap(\.groups),
+            groups: prepared.flatMap(\.groups), keyed: prepared.flatMap(\.keyed),
             lineOfGroup: zip(slices, prepared).flatMap { slice, part in part.lineOfGroup.map { $0 + slice.startIndex } },
             invalid: prepared.flatMap(\.invalid), ids: prepared.flatMap(\.ids))
     }
@@ -168,20 +171,22 @@ public struct SubmitProtocol: Sendable {
         var invalid = [JSONMembers?](repeating: nil, count: lines.count)
         var ids = [JSONValue?](repeating: nil, count: lines.count)
         var groups: [(submissions: [Ledger.Submission], at: Timestamp)] = []
+        var keyed: [Ledger.PreparedGroup] = []
         var lineOfGroup: [Int] = []
         for (index, line) in lines.enumerated() {
             do {
                 let object = try parseLine(line)
                 ids[index] = object["id"]
                 let (submissions, at) = try parse(object, caller: caller, now: now)
-                for submission in submissions { try Ledger.validate(submission, at: at) }
+                // Validated and keyed here, on this thread, not on the thread that queues the groups.
+                keyed.append(try ledger.prepare((submissions, at)))
                 groups.append((submissions, at))
                 lineOfGroup.append(index)
             } catch {
                 invalid[index] = self.invalid(error)
             }
         }
-        return PreparedLines(groups: groups, lineOfGroup: lineOfGroup, invalid: invalid, ids: ids)
+        return PreparedLines(groups: groups, keyed: keyed, lineOfGroup: lineOfGroup, invalid: invalid, ids: ids)
     }
 
     /// The answers to `prepared`'s lines, in input order, given what became of each of its groups.

@@ -178,7 +178,7 @@ struct BenchCommand: Subcommand {
                 lap(&parse)
                 let decided = Completions(count: batches.count)
                 for (index, batch) in batches.enumerated() {
-                    try committer.enqueue(batch.prepared.groups, waitingForRoom: true, completion: decided.completion(index))
+                    try committer.enqueue(batch.prepared, waitingForRoom: true, completion: decided.completion(index))
                 }
                 let results = decided.wait()
                 lap(&decide)

@@ -65,7 +65,7 @@ struct SubmitCommand: Subcommand {
             var input = input
             while let batch = Batch(&input, submit, threads: threads) {
                 // Only close() refuses, and it comes after this loop.
-                try? committer.enqueue(batch.prepared.groups, waitingForRoom: true) { decided in answered.append(batch, decided) }
+                try? committer.enqueue(batch.prepared, waitingForRoom: true) { decided in answered.append(batch, decided) }
             }
             committer.close()  // every batch decided, committed and handed over
             answered.finish(readError: input.readError)
