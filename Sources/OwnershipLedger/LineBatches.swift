@@ -66,7 +66,7 @@ public struct LineBatches: Sendable {
 
     private mutating func take(into lines: inout [InputLine], limit: Int) {
         var start = 0
-        while lines.count < limit, let newline = buffer[start...].firstIndex(of: 0x0A) {
+        while lines.count < limit, let newline = lineFeed(from: start) {
             if discarding {
                 discarding = false
             } else {
@@ -77,13 +77,21 @@ public struct LineBatches: Sendable {
         buffer.removeFirst(start)
         // A partial line longer than the limit plus a CR can only end too long: answer it now (when the
         // batch has room) and skip the rest of it, rather than buffer it.
-        let tooLong = buffer.count > maximumLineBytes + 1 && buffer.firstIndex(of: 0x0A) == nil
+        let tooLong = buffer.count > maximumLineBytes + 1 && lineFeed(from: 0) == nil
         if tooLong && !discarding && lines.count < limit {
             lines.append(.unreadable("line is longer than \(maximumLineBytes) bytes"))
             buffer.removeAll()
             discarding = true
-        } else if discarding && buffer.firstIndex(of: 0x0A) == nil {
+        } else if discarding && lineFeed(from: 0) == nil {
             buffer.removeAll()
+        }
+    }
+
+    /// The index of the first line feed in the buffer at or after `start` (`memchr`, not a loop over the bytes).
+    private func lineFeed(from start: Int) -> Int? {
+        buffer.withUnsafeBufferPointer { bytes in
+            guard start < bytes.count, let base = bytes.baseAddress, let found = memchr(base + start, 0x0A, bytes.count - start) else { return nil }
+            return base.distance(to: found.assumingMemoryBound(to: UInt8.self))
         }
     }
 
