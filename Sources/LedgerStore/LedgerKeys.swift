@@ -49,15 +49,7 @@ public struct LedgerKeys: Sendable {
     /// or id can make two submissions share a key. The description is written straight into the hash's
     /// input, never built as a `String`.
     public func command(describedBy parts: String...) throws -> Key128 {
-        var message: [UInt8] = []
-        message.reserveCapacity(parts.reduce(2) { $0 + $1.utf8.count + 4 })
-        for part in parts {
-            message.append(contentsOf: String(part.utf8.count).utf8)
-            message.append(UInt8(ascii: ":"))
-            message.append(contentsOf: part.utf8)
-        }
-        message.append(contentsOf: "#0".utf8)
-        return try key128(commandKey, message)
+        try key128(commandKey, parts, lengthPrefixed: true, suffix: "#0")
     }
 
     /// The identity vault's lookup key of a UID.
@@ -65,21 +57,42 @@ public struct LedgerKeys: Sendable {
 
     /// The vault key of the UID whose UTF-8 bytes are `uid` (as a sealed UID unseals: `verify`
     /// hashes what it unsealed, whatever the bytes are).
-    func vaultKey(uidBytes uid: [UInt8]) throws -> Key128 { try key128(vaultSecret, uid) }
+    func vaultKey(uidBytes uid: [UInt8]) throws -> Key128 { try uid.withUnsafeBytes { try key128(vaultSecret, $0) } }
 
     /// ``key128(_:_:)`` of the UTF-8 of `parts`, one after the other.
-    private func key128(_ key: HMACSHA256Key, concatenating parts: String...) throws -> Key128 {
-        var message: [UInt8] = []
-        message.reserveCapacity(parts.reduce(0) { $0 + $1.utf8.count })
-        for part in parts { message.append(contentsOf: part.utf8) }
-        return try key128(key, message)
+    private func key128(_ key: HMACSHA256Key, concatenating parts: String...) throws -> Key128 { try key128(key, parts) }
+
+    /// ``key128(_:_:)`` of the UTF-8 of `parts` one after the other, each after its UTF-8 length in
+    /// decimal and a colon when `lengthPrefixed`, then `suffix`: written into one buffer on the stack,
+    /// copied from each string's own UTF-8 (these keys are computed for every submitted line).
+    private func key128(_ key: HMACSHA256Key, _ parts: [String], lengthPrefixed: Bool = false, suffix: StaticString = "") throws -> Key128 {
+        let prefixBytes = lengthPrefixed ? 21 : 0  // the most an Int's decimal digits and a colon take
+        let capacity = parts.reduce(suffix.utf8CodeUnitCount) { $0 + $1.utf8.count + prefixBytes }
+        return try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
+            var end = 0
+            func put(_ bytes: UnsafeBufferPointer<UInt8>) {
+                guard let base = bytes.baseAddress, let target = buffer.baseAddress else { return }
+                (target + end).update(from: base, count: bytes.count)
+                end += bytes.count
+            }
+            for var part in parts {
+                if lengthPrefixed {
+                    var length = String(part.utf8.count)
+                    length.withUTF8 { put($0) }
+                    buffer[end] = UInt8(ascii: ":")
+                    end += 1
+                }
+                part.withUTF8 { put($0) }
+            }
+            put(UnsafeBufferPointer(start: suffix.utf8Start, count: suffix.utf8CodeUnitCount))
+            return try key128(key, UnsafeRawBufferPointer(UnsafeMutableBufferPointer(rebasing: buffer[..<end])))
+        }
     }
 
     /// The first 16 bytes of HMAC-SHA256(`key`, `message`): 128 bits under a secret key, so no one
     /// without the key can aim for a collision, and the birthday bound is 2^64 identifiers.
-    private func key128(_ key: HMACSHA256Key, _ message: [UInt8]) throws -> Key128 {
-        let digest = try message.withUnsafeBytes { try key.authenticate($0) }
-        return digest.withBytes { Key128(loading: $0, at: 0) }
+    private func key128(_ key: HMACSHA256Key, _ message: UnsafeRawBufferPointer) throws -> Key128 {
+        try key.authenticate(message).withBytes { Key128(loading: $0, at: 0) }
     }
 
     // MARK: Key file

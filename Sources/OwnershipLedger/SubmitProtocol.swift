@@ -325,7 +325,14 @@ public struct SubmitProtocol: Sendable {
 
     /// The first key of `object` (in byte order) that is not one of `allowed` (compared byte for byte).
     static func firstKey(of object: JSONMembers, outside allowed: [String]) -> String? {
-        object.keys.filter { key in !allowed.contains { JSONBytes.equal($0, key) } }.min(by: JSONBytes.less)
+        // Read in place: a line's keys are checked on every line, and nearly always all allowed.
+        object.pairs.withUnsafeBufferPointer { members in
+            var first: String?
+            for index in members.indices where !allowed.contains(where: { JSONBytes.equal($0, members[index].key) }) {
+                if first.map({ JSONBytes.less(members[index].key, $0) }) ?? true { first = members[index].key }
+            }
+            return first
+        }
     }
 
     private func account(_ object: JSONMembers) throws -> String {
