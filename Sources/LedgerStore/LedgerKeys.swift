@@ -2,9 +2,10 @@ import Foundation
 public import LedgerCore
 import LedgerCrypto
 
-/// The ledger key and everything derived from it. The key lives in `ledger.key` beside the LMDB
+/// The ledger key and everything derived from it (a class: the derived keys and cipher contexts are
+/// about a kilobyte, read for every submitted line and never copied). The key lives in `ledger.key` beside the LMDB
 /// files (never inside them), mode 0600.
-public struct LedgerKeys: Sendable {
+public final class LedgerKeys: Sendable {
     /// Name of the key file inside the store directory.
     public static let fileName = "ledger.key"
 
