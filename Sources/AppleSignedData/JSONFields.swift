@@ -1,17 +1,26 @@
 public import StrictJSON
 
-/// Typed, error-naming access to the members of a JSON object read by ``JSONReader``.
-/// `null` counts as absent; every failure is `.invalidPayload` naming `context.key`.
+/// Typed, error-naming access to the members of a JSON object read by ``JSONReader``, in place
+/// (``JSONView``). `null` counts as absent; every failure is `.invalidPayload` naming `context.key`.
 struct JSONFields {
-    let members: JSONMembers
+    let object: JSONView
     let context: String
     /// Whether times with a fraction are floored to whole milliseconds instead of refused: set by
     /// ``readingTimes(of:)`` for a payload whose environment is Xcode or LocalTesting.
     private(set) var floorsFractionalMillis = false
 
-    init(_ members: JSONMembers, context: String) {
-        self.members = members
+    init(_ object: JSONView, context: String) {
+        self.object = object
         self.context = context
+    }
+
+    /// The fields of a tree (for callers holding ``JSONMembers``).
+    init(_ members: JSONMembers, context: String) throws(VerificationError) {
+        do {
+            self.init(try JSONDocument(.object(members)).root, context: context)
+        } catch {
+            throw VerificationError(.invalidPayload, "\(context) is not a valid JSON object: \(error.message)")
+        }
     }
 
     /// These fields with their times read by `environment`'s rule. StoreKit testing in Xcode (and
@@ -25,19 +34,23 @@ struct JSONFields {
         return fields
     }
 
-    /// Reads a JSON object strictly (duplicate keys, nesting and size are refused).
-    static func parseObject(_ bytes: some Collection<UInt8>, context: String) throws(VerificationError) -> JSONMembers {
+    /// Reads a JSON object strictly (duplicate keys, nesting and size are refused): its fields.
+    init(parsing bytes: some Collection<UInt8>, context: String) throws(VerificationError) {
+        let root: JSONView
         do {
-            return try JSONReader().object(bytes)
+            root = try JSONReader().document(bytes).root
         } catch {
             throw VerificationError(.invalidPayload, "\(context) is not a valid JSON object: \(error.message)")
         }
+        guard root.isObject else {
+            throw VerificationError(.invalidPayload, "\(context) is not a valid JSON object: the JSON value is \(root.kind), not an object")
+        }
+        self.init(root, context: context)
     }
 
     /// The value of `key`, nil when absent or null.
-    func value(_ key: String) -> JSONValue? {
-        guard let value = members[key] else { return nil }
-        if case .null = value { return nil }
+    func value(_ key: String) -> JSONView? {
+        guard let value = object[key], !value.isNull else { return nil }
         return value
     }
 
@@ -53,7 +66,7 @@ struct JSONFields {
 
     func optionalString(_ key: String) throws(VerificationError) -> String? {
         guard let raw = value(key) else { return nil }
-        guard case .string(let string) = raw else { throw wrongType(key, "a string") }
+        guard let string = raw.string else { throw wrongType(key, "a string") }
         return string
     }
 
@@ -73,12 +86,11 @@ struct JSONFields {
     /// ``readingTimes(of:)`` for Xcode and LocalTesting any number within range, floored.
     func optionalMillis(_ key: String) throws(VerificationError) -> Int64? {
         guard let raw = value(key) else { return nil }
-        switch raw {
-        case .integer(let millis):
-            return millis
-        case .number(let millis) where JSONValue.isBeyondInt64(millis):
+        if let millis = raw.integer { return millis }
+        switch raw.number {
+        case let millis? where JSONValue.isBeyondInt64(millis):
             throw VerificationError(.invalidPayload, JSONValue.outsideSupportedRange("\(context).\(key)"))
-        case .number(let millis) where floorsFractionalMillis:
+        case let millis? where floorsFractionalMillis:
             if let floored = Int64(exactly: millis.rounded(.down)) { return floored }
         default:
             break
@@ -93,7 +105,7 @@ struct JSONFields {
 
     func optionalInt64(_ key: String) throws(VerificationError) -> Int64? {
         guard let raw = value(key) else { return nil }
-        guard case .integer(let integer) = raw else { throw wrongType(key, "an integer") }
+        guard let integer = raw.integer else { throw wrongType(key, "an integer") }
         return integer
     }
 
@@ -105,20 +117,20 @@ struct JSONFields {
 
     func optionalBool(_ key: String) throws(VerificationError) -> Bool? {
         guard let raw = value(key) else { return nil }
-        guard case .bool(let flag) = raw else { throw wrongType(key, "true or false") }
+        guard let flag = raw.bool else { throw wrongType(key, "true or false") }
         return flag
     }
 
     func optionalObject(_ key: String) throws(VerificationError) -> JSONFields? {
         guard let raw = value(key) else { return nil }
-        guard case .object(let members) = raw else { throw wrongType(key, "an object") }
-        return JSONFields(members, context: "\(context).\(key)")
+        guard raw.isObject else { throw wrongType(key, "an object") }
+        return JSONFields(raw, context: "\(context).\(key)")
     }
 
-    func optionalArray(_ key: String) throws(VerificationError) -> [JSONValue]? {
+    func optionalArray(_ key: String) throws(VerificationError) -> [JSONView]? {
         guard let raw = value(key) else { return nil }
-        guard case .array(let elements) = raw else { throw wrongType(key, "an array") }
-        return elements
+        guard raw.isArray else { throw wrongType(key, "an array") }
+        return raw.elements
     }
 
     func environment(_ key: String) throws(VerificationError) -> AppleEnvironment {

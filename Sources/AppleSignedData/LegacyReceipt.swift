@@ -33,12 +33,20 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
 
     /// Parses the response; wrong shapes are `.invalidPayload` naming the field.
     public init(jsonData: some Collection<UInt8>) throws(VerificationError) {
-        try self.init(json: JSONFields.parseObject(jsonData, context: "verifyReceipt"))
+        try self.init(JSONFields(parsing: jsonData, context: "verifyReceipt"))
     }
 
     /// Parses the response from a JSON object.
     public init(json: JSONMembers) throws(VerificationError) {
-        let f = JSONFields(json, context: "verifyReceipt")
+        try self.init(JSONFields(json, context: "verifyReceipt"))
+    }
+
+    /// Parses the response from a JSON object read in place.
+    public init(view: JSONView) throws(VerificationError) {
+        try self.init(JSONFields(view, context: "verifyReceipt"))
+    }
+
+    private init(_ f: JSONFields) throws(VerificationError) {
         guard let status = try f.optionalInt("status") else {
             throw VerificationError(.invalidPayload, "verifyReceipt is missing status")
         }
@@ -47,7 +55,7 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
         let receipt = try f.optionalObject("receipt")
         bundleId = try receipt?.optionalString("bundle_id")
         receiptCreationDateMs = try receipt.map { r throws(VerificationError) in try Self.optionalMs(r, "receipt_creation_date_ms") } ?? nil
-        var raw: [JSONValue] = []
+        var raw: [JSONView] = []
         var context = "verifyReceipt.latest_receipt_info"
         if let latest = try f.optionalArray("latest_receipt_info") {
             raw = latest
@@ -57,10 +65,10 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
         }
         entries = []
         for (index, value) in raw.enumerated() {
-            guard case .object(let object) = value else {
+            guard value.isObject else {
                 throw VerificationError(.invalidPayload, "\(context)[\(index)] must be an object")
             }
-            let e = JSONFields(object, context: "\(context)[\(index)]")
+            let e = JSONFields(value, context: "\(context)[\(index)]")
             guard let purchase = try Self.optionalMs(e, "purchase_date_ms") else {
                 throw VerificationError(.invalidPayload, "\(e.context) is missing purchase_date_ms")
             }
@@ -84,7 +92,7 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
     static func optionalMs(_ f: JSONFields, _ key: String) throws(VerificationError) -> Int64? {
         guard let value = try optionalDecimal(f, key) else { return nil }
         if let millis = value { return millis }
-        switch f.value(key) {
+        switch f.value(key)?.value {
         case .number(let number) where JSONValue.isBeyondInt64(number):
             throw VerificationError(.invalidPayload, JSONValue.outsideSupportedRange("\(f.context).\(key)"))
         case .string(let digits) where !digits.isEmpty && digits.utf8.allSatisfy({ (48...57).contains($0) }):
@@ -97,7 +105,7 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
 
     /// A flag as Apple's string ("true" or "false") or a JSON boolean; absent is false.
     static func optionalFlag(_ f: JSONFields, _ key: String) throws(VerificationError) -> Bool {
-        switch f.value(key) {
+        switch f.value(key)?.value {
         case nil: return false
         case .bool(let flag): return flag
         case .string("true"): return true
@@ -115,7 +123,7 @@ public struct LegacyReceiptResponse: Sendable, Equatable {
 
     /// nil when absent; `.some(nil)` when present but not a decimal string or a plain integer.
     private static func optionalDecimal(_ f: JSONFields, _ key: String) throws(VerificationError) -> Int64?? {
-        switch f.value(key) {
+        switch f.value(key)?.value {
         case nil: return .none
         case .integer(let value): return .some(value)
         case .string(let text):

@@ -16,15 +16,15 @@ public struct NotificationHistoryResponse: Sendable, Equatable {
 
     /// Parses a response body (strict JSON); any other shape is `.invalidPayload`, naming the field.
     public init(jsonData: some Collection<UInt8>) throws(VerificationError) {
-        let f = JSONFields(try JSONFields.parseObject(jsonData, context: "response"), context: "response")
+        let f = try JSONFields(parsing: jsonData, context: "response")
         hasMore = try f.optionalBool("hasMore") ?? false
         paginationToken = try f.optionalString("paginationToken")
         signedPayloads = []
         for (index, value) in (try f.optionalArray("notificationHistory") ?? []).enumerated() {
-            guard case .object(let object) = value else {
+            guard value.isObject else {
                 throw VerificationError(.invalidPayload, "response.notificationHistory[\(index)] must be an object")
             }
-            signedPayloads.append(try JSONFields(object, context: "response.notificationHistory[\(index)]").string("signedPayload"))
+            signedPayloads.append(try JSONFields(value, context: "response.notificationHistory[\(index)]").string("signedPayload"))
         }
         if hasMore && (paginationToken ?? "").isEmpty {
             throw VerificationError(.invalidPayload, "response.hasMore is true but response.paginationToken is missing")
@@ -40,8 +40,7 @@ public struct APIErrorResponse: Sendable, Equatable {
 
     /// Parses a body; nil unless it is a JSON object with at least one of the two fields, well typed.
     public init?(jsonData: some Collection<UInt8>) {
-        guard let object = try? JSONFields.parseObject(jsonData, context: "error") else { return nil }
-        let fields = JSONFields(object, context: "error")
+        guard let fields = try? JSONFields(parsing: jsonData, context: "error") else { return nil }
         do {
             errorCode = try fields.optionalInt64("errorCode")
             errorMessage = try fields.optionalString("errorMessage")

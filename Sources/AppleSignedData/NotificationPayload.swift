@@ -40,22 +40,30 @@ public struct NotificationPayload: Sendable, Equatable {
     /// status?, transaction: {...TransactionPayload fields...}?, renewalInfo: {...}?}}`.
     /// `summary` / `externalPurchaseToken` / `appData` are accepted in place of `data` for the identity fields.
     public init(json: JSONMembers) throws(VerificationError) {
-        let fields = JSONFields(json, context: "notification")
+        try self.init(decoded: JSONFields(json, context: "notification"))
+    }
+
+    /// Decodes an unsigned notification object read in place (see ``init(json:)``).
+    public init(view: JSONView) throws(VerificationError) {
+        try self.init(decoded: JSONFields(view, context: "notification"))
+    }
+
+    private init(decoded fields: JSONFields) throws(VerificationError) {
         let data = try fields.optionalObject("data")
         var transaction: TransactionPayload?
         var renewalInfo: RenewalInfoPayload?
         if let object = try data?.optionalObject("transaction") {
-            transaction = try TransactionPayload(JSONFields(object.members, context: "notification.data.transaction"))
+            transaction = try TransactionPayload(JSONFields(object.object, context: "notification.data.transaction"))
         }
         if let object = try data?.optionalObject("renewalInfo") {
-            renewalInfo = try RenewalInfoPayload(JSONFields(object.members, context: "notification.data.renewalInfo"))
+            renewalInfo = try RenewalInfoPayload(JSONFields(object.object, context: "notification.data.renewalInfo"))
         }
         try self.init(fields, transaction: transaction, renewalInfo: renewalInfo)
     }
 
     /// Decodes an unsigned notification from JSON bytes (see ``init(json:)``).
     public init(jsonData: some Collection<UInt8>) throws(VerificationError) {
-        try self.init(json: JSONFields.parseObject(jsonData, context: "notification"))
+        try self.init(decoded: JSONFields(parsing: jsonData, context: "notification"))
     }
 
     init(_ f: JSONFields, transaction: TransactionPayload?, renewalInfo: RenewalInfoPayload?) throws(VerificationError) {

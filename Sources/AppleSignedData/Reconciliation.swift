@@ -40,12 +40,20 @@ public struct ReconciliationResponse: Sendable, Equatable {
 
     /// Parses either response shape; anything else is `.invalidPayload`.
     public init(jsonData: some Collection<UInt8>) throws(VerificationError) {
-        try self.init(json: JSONFields.parseObject(jsonData, context: "response"))
+        try self.init(JSONFields(parsing: jsonData, context: "response"))
     }
 
     /// Parses either response shape from a JSON object.
     public init(json: JSONMembers) throws(VerificationError) {
-        let f = JSONFields(json, context: "response")
+        try self.init(JSONFields(json, context: "response"))
+    }
+
+    /// Parses either response shape from a JSON object read in place.
+    public init(view: JSONView) throws(VerificationError) {
+        try self.init(JSONFields(view, context: "response"))
+    }
+
+    private init(_ f: JSONFields) throws(VerificationError) {
         environment = try f.optionalString("environment")
         bundleId = try f.optionalString("bundleId")
         appAppleId = try f.optionalInt64("appAppleId")
@@ -55,7 +63,7 @@ public struct ReconciliationResponse: Sendable, Equatable {
         if let signed = try f.optionalArray("signedTransactions") {
             kind = .transactionHistory
             for (index, entry) in signed.enumerated() {
-                guard case .string(let jws) = entry else {
+                guard let jws = entry.string else {
                     throw VerificationError(.invalidPayload, "response.signedTransactions[\(index)] must be a string")
                 }
                 items.append(Item(signedTransactionInfo: jws))
@@ -63,16 +71,16 @@ public struct ReconciliationResponse: Sendable, Equatable {
         } else if let groups = try f.optionalArray("data") {
             kind = .subscriptionStatuses
             for (groupIndex, groupValue) in groups.enumerated() {
-                guard case .object(let groupObject) = groupValue else {
+                guard groupValue.isObject else {
                     throw VerificationError(.invalidPayload, "response.data[\(groupIndex)] must be an object")
                 }
-                let group = JSONFields(groupObject, context: "response.data[\(groupIndex)]")
+                let group = JSONFields(groupValue, context: "response.data[\(groupIndex)]")
                 let groupId = try group.optionalString("subscriptionGroupIdentifier")
                 for (index, value) in (try group.optionalArray("lastTransactions") ?? []).enumerated() {
-                    guard case .object(let object) = value else {
+                    guard value.isObject else {
                         throw VerificationError(.invalidPayload, "\(group.context).lastTransactions[\(index)] must be an object")
                     }
-                    let last = JSONFields(object, context: "\(group.context).lastTransactions[\(index)]")
+                    let last = JSONFields(value, context: "\(group.context).lastTransactions[\(index)]")
                     items.append(
                         Item(
                             signedTransactionInfo: try last.string("signedTransactionInfo"),

@@ -7,7 +7,7 @@ public enum SignedDataKind: String, Sendable, CaseIterable {
     case transaction, renewalInfo, notification, appTransaction, unknown
 
     /// Guesses the kind from the payload's fields (for ``SignedDataVerifier/inspect(_:now:)``).
-    static func guess(_ payload: JSONMembers) -> SignedDataKind {
+    static func guess(_ payload: JSONView) -> SignedDataKind {
         if payload["notificationType"] != nil { return .notification }
         if payload["receiptType"] != nil || payload["appTransactionId"] != nil && payload["transactionId"] == nil {
             return .appTransaction
@@ -158,13 +158,14 @@ public struct SignedDataVerifier: Sendable {
     struct Verified {
         var kind: SignedDataKind
         var header: JSONMembers
-        var payload: JSONMembers
+        /// The payload object, read in place.
+        var payload: JSONView
         var leafSubject: String?
         var validatedAt: Int64?
 
         func inspected() -> InspectedJWS {
             InspectedJWS(
-                kind: kind, header: header, payload: payload, leafSubject: leafSubject, signatureVerified: leafSubject != nil,
+                kind: kind, header: header, payload: payload.value.members ?? [:], leafSubject: leafSubject, signatureVerified: leafSubject != nil,
                 validatedAt: validatedAt)
         }
     }
@@ -190,7 +191,7 @@ public struct SignedDataVerifier: Sendable {
         // A header whose exact bytes verified before passed step 2 and had its chain validated (ChainCache).
         let known = configuration.environment.isLocal ? nil : chains.entry(for: headerSegment)
         let header: JSONMembers
-        if let known { header = known.header } else { header = try Self.jsonSegment(headerSegment, name: "header") }
+        if let known { header = known.header } else { header = try Self.jsonSegment(headerSegment, name: "header").value.members ?? [:] }
         let payload = try Self.jsonSegment(UnsafeBufferPointer(rebasing: jws[segments.payload]), name: "payload")
         guard let signature = Base64URL.decode(utf8: UnsafeBufferPointer(rebasing: jws[segments.signature])) else {
             throw VerificationError(.invalidJWSFormat, "JWS signature is not canonical base64url")
@@ -274,15 +275,21 @@ public struct SignedDataVerifier: Sendable {
         return (certificates[0], certificates[1])
     }
 
-    static func jsonSegment(_ segment: UnsafeBufferPointer<UInt8>, name: String) throws(VerificationError) -> JSONMembers {
+    /// A segment's JSON object, read in place.
+    static func jsonSegment(_ segment: UnsafeBufferPointer<UInt8>, name: String) throws(VerificationError) -> JSONView {
         guard let bytes = Base64URL.decode(utf8: segment) else {
             throw VerificationError(.invalidJWSFormat, "JWS \(name) is not canonical base64url")
         }
+        let root: JSONView
         do {
-            return try JSONReader().object(bytes)
+            root = try JSONReader().document(bytes).root
         } catch {
             throw VerificationError(.invalidJWSFormat, "JWS \(name) is not a JSON object: \(error.message)")
         }
+        guard root.isObject else {
+            throw VerificationError(.invalidJWSFormat, "JWS \(name) is not a JSON object: the JSON value is \(root.kind), not an object")
+        }
+        return root
     }
 
     static func describe(_ value: JSONValue) -> String {
@@ -291,7 +298,7 @@ public struct SignedDataVerifier: Sendable {
     }
 
     /// Unix seconds at which to validate the chain.
-    func effectiveTime(_ payload: JSONMembers, kind: SignedDataKind, now: Int64) throws(VerificationError) -> Int64 {
+    func effectiveTime(_ payload: JSONView, kind: SignedDataKind, now: Int64) throws(VerificationError) -> Int64 {
         var millis: Int64?
         if configuration.validateAtSignedDate {
             let fields = JSONFields(payload, context: "payload")
@@ -334,7 +341,7 @@ public struct SignedDataVerifier: Sendable {
         }
     }
 
-    func checkIdentity(_ payload: JSONMembers, kind: SignedDataKind) throws(VerificationError) {
+    func checkIdentity(_ payload: JSONView, kind: SignedDataKind) throws(VerificationError) {
         let fields = JSONFields(payload, context: kind.rawValue)
         switch kind {
         case .transaction:

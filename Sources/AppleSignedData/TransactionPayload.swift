@@ -77,7 +77,12 @@ public struct TransactionPayload: Sendable, Equatable {
 
     /// Decodes a JWSTransaction payload from JSON bytes (see ``init(json:)``).
     public init(jsonData: some Collection<UInt8>) throws(VerificationError) {
-        try self.init(json: JSONFields.parseObject(jsonData, context: "transaction"))
+        try self.init(JSONFields(parsing: jsonData, context: "transaction"))
+    }
+
+    /// Decodes a JWSTransaction payload object read in place (see ``init(json:)``).
+    public init(view: JSONView) throws(VerificationError) {
+        try self.init(JSONFields(view, context: "transaction"))
     }
 
     init(_ fields: JSONFields) throws(VerificationError) {
@@ -160,7 +165,7 @@ public struct RenewalInfoPayload: Sendable, Equatable {
 
     /// Decodes a JWSRenewalInfo payload from JSON bytes.
     public init(jsonData: some Collection<UInt8>) throws(VerificationError) {
-        try self.init(json: JSONFields.parseObject(jsonData, context: "renewalInfo"))
+        try self.init(JSONFields(parsing: jsonData, context: "renewalInfo"))
     }
 
     init(_ fields: JSONFields) throws(VerificationError) {

@@ -176,7 +176,7 @@ public struct SubmitProtocol: Sendable {
         for (index, line) in lines.enumerated() {
             do {
                 let object = try parseLine(line)
-                ids[index] = object["id"]
+                ids[index] = object["id"]?.value
                 let (submissions, at) = try parse(object, caller: caller, now: now)
                 // Validated and keyed here, on this thread, not on the thread that queues the groups.
                 keyed.append(try ledger.prepare((submissions, at)))
@@ -242,14 +242,16 @@ public struct SubmitProtocol: Sendable {
         line.allSatisfy { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
     }
 
-    private func parseLine(_ line: some Collection<UInt8>) throws -> JSONMembers {
-        let object: JSONMembers
+    /// The line's object, read in place (no tree of values is built).
+    private func parseLine(_ line: some Collection<UInt8>) throws -> JSONView {
+        let object: JSONView
         do {
-            object = try Self.reader.object(line)
+            object = try Self.reader.document(line).root
         } catch {
             throw ProtocolError("line is not a valid JSON object: \(error.message)")
         }
-        switch object["id"] {
+        guard object.isObject else { throw ProtocolError("line is not a valid JSON object: the JSON value is \(object.kind), not an object") }
+        switch object["id"]?.value {
         case nil, .string, .integer: return object
         default:
             // A number beyond Int64, with a fraction or an exponent is read as a Double, which could not be echoed as given.
@@ -284,7 +286,7 @@ public struct SubmitProtocol: Sendable {
     }
 
     /// The submissions a line asks for and the time of the attempt.
-    func parse(_ object: JSONMembers, caller: AuthenticatedCaller? = nil, now: Timestamp) throws -> ([Ledger.Submission], Timestamp) {
+    func parse(_ object: JSONView, caller: AuthenticatedCaller? = nil, now: Timestamp) throws -> ([Ledger.Submission], Timestamp) {
         if let caller, let refused = Self.firstKey(of: object, outside: caller.fields.sorted()) {
             let fields = caller.fields.sorted().joined(separator: ", ")
             throw ProtocolError(
@@ -303,7 +305,7 @@ public struct SubmitProtocol: Sendable {
         if let foreign = Self.firstKey(of: object, outside: Self.fields(of: type)) {
             throw ProtocolError("field \(foreign) does not belong to a \(type) line (it takes \(Self.fields(of: type).joined(separator: ", ")))")
         }
-        let at = try object["at"].map(Self.timestamp) ?? now
+        let at = try object["at"].map { try Self.timestamp($0.value) } ?? now
         switch type {
         case "notification":
             let provenance: Provenance = trustDecoded && object["notification"] != nil ? .trustedDecoded : .verifiedJWS
@@ -311,10 +313,10 @@ public struct SubmitProtocol: Sendable {
         case "delete-account":
             return ([.deleteAccount(uid: try caller?.account ?? account(object))], at)
         case "reconciliation":
-            guard case .object(let response)? = object["response"] else {
+            guard let response = object["response"], response.isObject else {
                 throw ProtocolError("response (the App Store Server API response JSON) is missing or not an object")
             }
-            let parsed = try ReconciliationResponse(json: response)
+            let parsed = try ReconciliationResponse(view: response)
             return (try ledger.reconciliationSubmissions(parsed, at: at).map { try $0.get() }, at)
         default:
             let kind: SubmissionKind = type == "purchase" ? .purchase : type == "renewal" ? .renewal : .restore
@@ -324,18 +326,17 @@ public struct SubmitProtocol: Sendable {
     }
 
     /// The first key of `object` (in byte order) that is not one of `allowed` (compared byte for byte).
-    static func firstKey(of object: JSONMembers, outside allowed: [String]) -> String? {
-        // Read in place: a line's keys are checked on every line, and nearly always all allowed.
-        object.pairs.withUnsafeBufferPointer { members in
-            var first: String?
-            for index in members.indices where !allowed.contains(where: { JSONBytes.equal($0, members[index].key) }) {
-                if first.map({ JSONBytes.less(members[index].key, $0) }) ?? true { first = members[index].key }
-            }
-            return first
+    static func firstKey(of object: JSONView, outside allowed: [String]) -> String? {
+        // Keys compared in place: a line's keys are checked on every line, and nearly always all allowed.
+        var first: [UInt8]?
+        object.forEachMember { key, _ in
+            guard !allowed.contains(where: { JSONBytes.equal($0, key) }) else { return }
+            if first.map({ key.lexicographicallyPrecedes($0) }) ?? true { first = Array(key) }
         }
+        return first.map { String(decoding: $0, as: UTF8.self) }
     }
 
-    private func account(_ object: JSONMembers) throws -> String {
+    private func account(_ object: JSONView) throws -> String {
         guard let uid = object["account"]?.string, !uid.isEmpty, uid.utf8.count <= FirebaseUID.maximumBytes else {
             throw ProtocolError("account (the authenticated Firebase UID, 1–\(FirebaseUID.maximumBytes) bytes) is missing or not a string")
         }
@@ -344,13 +345,13 @@ public struct SubmitProtocol: Sendable {
     }
 
     /// The one field of `names` the line gives, or an error naming them.
-    private func exactlyOne(of names: [String], in object: JSONMembers, _ message: String) throws -> (name: String, value: JSONValue) {
+    private func exactlyOne(of names: [String], in object: JSONView, _ message: String) throws -> (name: String, value: JSONView) {
         let given = names.compactMap { name in object[name].map { (name, $0) } }
         guard given.count == 1 else { throw ProtocolError(message) }
         return given[0]
     }
 
-    private func transactions(_ object: JSONMembers, at: Timestamp) throws -> [(TransactionPayload, Provenance)] {
+    private func transactions(_ object: JSONView, at: Timestamp) throws -> [(TransactionPayload, Provenance)] {
         let (name, value) = try exactlyOne(
             of: ["signedTransaction", "transaction", "receipt"], in: object,
             "give exactly one of signedTransaction, transaction (with --trust-decoded) or receipt (with --trust-decoded)")
@@ -360,19 +361,19 @@ public struct SubmitProtocol: Sendable {
             return [(try ledger.verifier.verifyTransaction(jws, now: at).get(), .verifiedJWS)]
         case "transaction":
             try requireTrust("transaction")
-            guard let json = value.members else { throw ProtocolError("transaction must be an object") }
-            let payload = try TransactionPayload(json: json)
+            guard value.isObject else { throw ProtocolError("transaction must be an object") }
+            let payload = try TransactionPayload(view: value)
             try checkIdentity(bundleId: payload.bundleId, environment: payload.environment)
             return [(payload, .trustedDecoded)]
         default:
             try requireTrust("receipt")
-            guard let json = value.members else { throw ProtocolError("receipt must be an object") }
-            let payloads = try ledger.verifier.verifyLegacyReceipt(LegacyReceiptResponse(json: json)).get()
+            guard value.isObject else { throw ProtocolError("receipt must be an object") }
+            let payloads = try ledger.verifier.verifyLegacyReceipt(LegacyReceiptResponse(view: value)).get()
             return latestPerLineage(payloads).map { ($0, .legacyReceipt) }
         }
     }
 
-    private func notification(_ object: JSONMembers, at: Timestamp) throws -> NotificationPayload {
+    private func notification(_ object: JSONView, at: Timestamp) throws -> NotificationPayload {
         let (name, value) = try exactlyOne(
             of: ["signedPayload", "notification"], in: object, "give exactly one of signedPayload or notification (with --trust-decoded)")
         if name == "signedPayload" {
@@ -380,8 +381,8 @@ public struct SubmitProtocol: Sendable {
             return try ledger.verifier.verifyNotification(jws, now: at).get()
         }
         try requireTrust("notification")
-        guard let json = value.members else { throw ProtocolError("notification must be an object") }
-        let payload = try NotificationPayload(json: json)
+        guard value.isObject else { throw ProtocolError("notification must be an object") }
+        let payload = try NotificationPayload(view: value)
         if let bundleId = payload.bundleId, let environment = payload.environment {
             try checkIdentity(bundleId: bundleId, environment: environment)
         }

@@ -26,20 +26,22 @@ public struct JSONReader: Sendable {
         self.maximumBytes = maximumBytes
     }
 
-    /// Reads exactly one JSON value from `bytes`.
-    public func value(_ bytes: some Collection<UInt8>) throws(JSONError) -> JSONValue {
-        guard bytes.count <= maximumBytes else { throw JSONError("input is longer than \(maximumBytes) bytes") }
-        let result: Result<JSONValue, JSONError>? = bytes.withContiguousStorageIfAvailable { buffer in
-            var parser = Parser(buffer, maximumDepth: maximumDepth)
-            return Result { () throws(JSONError) in try parser.document() }
+    /// Reads exactly one JSON value from `bytes` into a ``JSONDocument``: every check of ``value(_:)``,
+    /// without building a tree (the members a caller asks for are found in place).
+    public func document(_ bytes: some Collection<UInt8>) throws(JSONError) -> JSONDocument {
+        guard bytes.count <= min(maximumBytes, JSONDocument.maximumBytes) else {
+            throw JSONError("input is longer than \(min(maximumBytes, JSONDocument.maximumBytes)) bytes")
         }
-        if let result { return try result.get() }
-        let copy = Array(bytes)
-        return try copy.withUnsafeBufferPointer { buffer throws(JSONError) in
+        let owned = Array(bytes)
+        return try owned.withUnsafeBufferPointer { buffer throws(JSONError) in
             var parser = Parser(buffer, maximumDepth: maximumDepth)
-            return try parser.document()
+            try parser.document()
+            return JSONDocument(bytes: owned, unescaped: parser.unescaped, tokens: parser.tokens)
         }
     }
+
+    /// Reads exactly one JSON value from `bytes`.
+    public func value(_ bytes: some Collection<UInt8>) throws(JSONError) -> JSONValue { try document(bytes).root.value }
 
     /// Reads exactly one JSON object from `bytes`.
     public func object(_ bytes: some Collection<UInt8>) throws(JSONError) -> JSONMembers {
@@ -49,26 +51,28 @@ public struct JSONReader: Sendable {
     }
 }
 
-/// Recursive descent over one contiguous buffer.
+/// Recursive descent over one contiguous buffer, writing one ``JSONToken`` per value.
 private struct Parser {
     let bytes: UnsafeBufferPointer<UInt8>
     let maximumDepth: Int
     var index = 0
     var depth = 0
-    /// Reused for strings with escapes.
-    var scratch: [UInt8] = []
+    var tokens: [JSONToken] = []
+    /// Strings with escapes, unescaped, one after the other.
+    var unescaped: [UInt8] = []
 
     init(_ bytes: UnsafeBufferPointer<UInt8>, maximumDepth: Int) {
         self.bytes = bytes
         self.maximumDepth = maximumDepth
+        // About one value per 12 bytes in the protocol's lines: one allocation for most.
+        tokens.reserveCapacity(max(8, bytes.count / 12))
     }
 
-    mutating func document() throws(JSONError) -> JSONValue {
+    mutating func document() throws(JSONError) {
         skipWhitespace()
-        let value = try parseValue()
+        try parseValue()
         skipWhitespace()
         guard index == bytes.count else { throw unexpected("after the JSON value") }
-        return value
     }
 
     mutating func skipWhitespace() {
@@ -80,28 +84,33 @@ private struct Parser {
         }
     }
 
-    mutating func parseValue() throws(JSONError) -> JSONValue {
+    /// Appends a token for a value without contents.
+    mutating func scalar(_ kind: JSONToken.Kind, payload: UInt64 = 0) {
+        tokens.append(JSONToken(kind: kind, start: 0, length: 0, end: UInt32(tokens.count + 1), payload: payload))
+    }
+
+    mutating func parseValue() throws(JSONError) {
         guard index < bytes.count else { throw JSONError("unexpected end of input at byte \(index)") }
         switch bytes[index] {
-        case UInt8(ascii: "{"): return .object(try parseObject())
-        case UInt8(ascii: "["): return .array(try parseArray())
-        case UInt8(ascii: "\""): return .string(try parseString())
-        case UInt8(ascii: "t"): return try literal("true", .bool(true))
-        case UInt8(ascii: "f"): return try literal("false", .bool(false))
-        case UInt8(ascii: "n"): return try literal("null", .null)
-        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try parseNumber()
+        case UInt8(ascii: "{"): try parseObject()
+        case UInt8(ascii: "["): try parseArray()
+        case UInt8(ascii: "\""): try parseString(key: false)
+        case UInt8(ascii: "t"): try literal("true", .true)
+        case UInt8(ascii: "f"): try literal("false", .false)
+        case UInt8(ascii: "n"): try literal("null", .null)
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): try parseNumber()
         default: throw unexpected("where a value was expected")
         }
     }
 
-    mutating func literal(_ word: StaticString, _ value: JSONValue) throws(JSONError) -> JSONValue {
+    mutating func literal(_ word: StaticString, _ kind: JSONToken.Kind) throws(JSONError) {
         let count = word.utf8CodeUnitCount
         guard bytes.count - index >= count,
             UnsafeBufferPointer(rebasing: bytes[index..<index + count]).elementsEqual(
                 UnsafeBufferPointer(start: word.utf8Start, count: count))
         else { throw unexpected("where a value was expected") }
         index += count
-        return value
+        scalar(kind)
     }
 
     mutating func enter() throws(JSONError) {
@@ -109,47 +118,90 @@ private struct Parser {
         guard depth <= maximumDepth else { throw JSONError("arrays and objects are nested deeper than \(maximumDepth) levels") }
     }
 
-    mutating func parseObject() throws(JSONError) -> JSONMembers {
+    /// Appends the container's token; its count and end are filled in by ``finish(_:count:)``.
+    mutating func open(_ kind: JSONToken.Kind) -> Int {
+        tokens.append(JSONToken(kind: kind, start: UInt32(index), length: 0, end: 0, payload: 0))
+        return tokens.count - 1
+    }
+
+    mutating func finish(_ container: Int, count: Int) {
+        tokens[container].length = UInt32(count)
+        tokens[container].end = UInt32(tokens.count)
+    }
+
+    mutating func parseObject() throws(JSONError) {
         try enter()
+        let object = open(.object)
         index += 1
-        var pairs: [(key: String, value: JSONValue)] = []
-        var seen: Set<KeyBytes>?
+        var count = 0
+        var seen: Set<[UInt8]>?
         skipWhitespace()
-        if close(UInt8(ascii: "}")) { return JSONMembers(unique: pairs) }
-        // Room for the protocol's objects (a line, a transaction) at once, not grown one member at a time.
-        pairs.reserveCapacity(16)
+        if close(UInt8(ascii: "}")) { return finish(object, count: 0) }
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw unexpected("where a key was expected") }
             let keyOffset = index
-            let key = try parseString()
-            if pairs.count < 16 {
-                if JSONBytes.index(of: key, in: pairs) != nil { throw duplicate(key, at: keyOffset) }
+            let key = tokens.count
+            try parseString(key: true)
+            tokens[object].payload |= JSONDocument.keyBit(tokens[key].payload)
+            if count < 16 {
+                // The keys before this one, compared by fingerprint first: no string is made.
+                var member = object + 1
+                for _ in 0..<count {
+                    if tokens[member].payload == tokens[key].payload && sameBytes(member, key) { throw duplicate(key, at: keyOffset) }
+                    member = Int(tokens[member + 1].end)
+                }
             } else {
-                if seen == nil { seen = Set(pairs.map { KeyBytes($0.key) }) }
-                guard seen?.insert(KeyBytes(key)).inserted == true else { throw duplicate(key, at: keyOffset) }
+                if seen == nil {
+                    seen = []
+                    var member = object + 1
+                    for _ in 0..<count {
+                        seen?.insert(bytes(of: member))
+                        member = Int(tokens[member + 1].end)
+                    }
+                }
+                guard seen?.insert(bytes(of: key)).inserted == true else { throw duplicate(key, at: keyOffset) }
             }
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw unexpected("where ':' was expected") }
             index += 1
             skipWhitespace()
-            pairs.append((key, try parseValue()))
-            if try endOfElement(UInt8(ascii: "}"), "object") { return JSONMembers(unique: pairs) }
+            try parseValue()
+            count += 1
+            if try endOfElement(UInt8(ascii: "}"), "object") { return finish(object, count: count) }
         }
     }
 
-    mutating func parseArray() throws(JSONError) -> [JSONValue] {
+    mutating func parseArray() throws(JSONError) {
         try enter()
+        let array = open(.array)
         index += 1
-        var elements: [JSONValue] = []
+        var count = 0
         skipWhitespace()
-        if close(UInt8(ascii: "]")) { return elements }
+        if close(UInt8(ascii: "]")) { return finish(array, count: 0) }
         while true {
             skipWhitespace()
-            elements.append(try parseValue())
-            if try endOfElement(UInt8(ascii: "]"), "array") { return elements }
+            try parseValue()
+            count += 1
+            if try endOfElement(UInt8(ascii: "]"), "array") { return finish(array, count: count) }
         }
     }
+
+    /// Whether the strings of tokens `a` and `b` are the same bytes.
+    func sameBytes(_ a: Int, _ b: Int) -> Bool {
+        let (x, y) = (tokens[a], tokens[b])
+        guard x.length == y.length else { return false }
+        return withBytes(of: x) { left in withBytes(of: y) { right in JSONBytes.same(left, right) } }
+    }
+
+    /// The bytes of string token `token` (unescaped).
+    func withBytes<R>(of token: JSONToken, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        let range = Int(token.start)..<Int(token.start) + Int(token.length)
+        if token.escaped { return unescaped.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[range])) } }
+        return body(UnsafeBufferPointer(rebasing: bytes[range]))
+    }
+
+    func bytes(of token: Int) -> [UInt8] { withBytes(of: tokens[token]) { Array($0) } }
 
     /// Consumes `closer`, which ends the current array or object, when it is next.
     mutating func close(_ closer: UInt8) -> Bool {
@@ -171,21 +223,21 @@ private struct Parser {
         throw unexpected("where ',' or '\(Character(Unicode.Scalar(closer)))' was expected")
     }
 
-    /// A string starting at the opening quote. Runs without escapes are copied in one piece.
-    mutating func parseString() throws(JSONError) -> String {
+    /// A string starting at the opening quote, as a token over its bytes in the input, or over its
+    /// unescaped bytes in ``unescaped`` when it holds escapes. A key's token carries its fingerprint.
+    mutating func parseString(key: Bool) throws(JSONError) {
         let start = index
         index += 1
         var runStart = index
         var ascii = true
-        var escaped = false
-        scratch.removeAll(keepingCapacity: true)
+        var escapedFrom: Int?
         while true {
             guard index < bytes.count else { throw JSONError("unexpected end of input: the string at byte \(start) is not closed") }
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") { break }
             if byte == UInt8(ascii: "\\") {
-                escaped = true
-                scratch.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<index]))
+                if escapedFrom == nil { escapedFrom = unescaped.count }
+                unescaped.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<index]))
                 try parseEscape()
                 runStart = index
                 continue
@@ -198,30 +250,35 @@ private struct Parser {
         }
         let end = index
         index += 1
-        if !escaped {
+        var token: JSONToken
+        if let escapedFrom {
+            unescaped.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<end]))
+            let run = unescaped[escapedFrom...]
+            guard String(validating: run, as: UTF8.self) != nil else { throw invalidUTF8(in: start) }
+            token = JSONToken(kind: .string, start: UInt32(escapedFrom), length: UInt32(run.count), end: UInt32(tokens.count + 1), payload: 0)
+            token.escaped = true
+        } else {
             let run = UnsafeBufferPointer(rebasing: bytes[runStart..<end])
-            if ascii { return String(decoding: run, as: UTF8.self) }
-            guard let string = String(validating: run, as: UTF8.self) else { throw invalidUTF8(in: start) }
-            return string
+            if !ascii && String(validating: run, as: UTF8.self) == nil { throw invalidUTF8(in: start) }
+            token = JSONToken(kind: .string, start: UInt32(runStart), length: UInt32(run.count), end: UInt32(tokens.count + 1), payload: 0)
         }
-        scratch.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<end]))
-        guard let string = String(validating: scratch, as: UTF8.self) else { throw invalidUTF8(in: start) }
-        return string
+        if key { token.payload = withBytes(of: token, JSONDocument.fingerprint) }
+        tokens.append(token)
     }
 
-    /// One escape sequence at `index` (the backslash), appended to `scratch` as UTF-8.
+    /// One escape sequence at `index` (the backslash), appended to ``unescaped`` as UTF-8.
     mutating func parseEscape() throws(JSONError) {
         let at = index
         guard index + 1 < bytes.count else { throw JSONError("unexpected end of input in the escape at byte \(at)") }
         let code = bytes[index + 1]
         index += 2
         switch code {
-        case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): scratch.append(code)
-        case UInt8(ascii: "b"): scratch.append(0x08)
-        case UInt8(ascii: "f"): scratch.append(0x0C)
-        case UInt8(ascii: "n"): scratch.append(0x0A)
-        case UInt8(ascii: "r"): scratch.append(0x0D)
-        case UInt8(ascii: "t"): scratch.append(0x09)
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): unescaped.append(code)
+        case UInt8(ascii: "b"): unescaped.append(0x08)
+        case UInt8(ascii: "f"): unescaped.append(0x0C)
+        case UInt8(ascii: "n"): unescaped.append(0x0A)
+        case UInt8(ascii: "r"): unescaped.append(0x0D)
+        case UInt8(ascii: "t"): unescaped.append(0x09)
         case UInt8(ascii: "u"):
             var scalar = try hex4(at: at)
             if (0xD800...0xDBFF).contains(scalar) {
@@ -262,24 +319,24 @@ private struct Parser {
 
     mutating func appendUTF8(_ scalar: UInt32) {
         switch scalar {
-        case 0..<0x80: scratch.append(UInt8(scalar))
+        case 0..<0x80: unescaped.append(UInt8(scalar))
         case 0x80..<0x800:
-            scratch.append(UInt8(0xC0 | scalar >> 6))
-            scratch.append(UInt8(0x80 | scalar & 0x3F))
+            unescaped.append(UInt8(0xC0 | scalar >> 6))
+            unescaped.append(UInt8(0x80 | scalar & 0x3F))
         case 0x800..<0x10000:
-            scratch.append(UInt8(0xE0 | scalar >> 12))
-            scratch.append(UInt8(0x80 | scalar >> 6 & 0x3F))
-            scratch.append(UInt8(0x80 | scalar & 0x3F))
+            unescaped.append(UInt8(0xE0 | scalar >> 12))
+            unescaped.append(UInt8(0x80 | scalar >> 6 & 0x3F))
+            unescaped.append(UInt8(0x80 | scalar & 0x3F))
         default:
-            scratch.append(UInt8(0xF0 | scalar >> 18))
-            scratch.append(UInt8(0x80 | scalar >> 12 & 0x3F))
-            scratch.append(UInt8(0x80 | scalar >> 6 & 0x3F))
-            scratch.append(UInt8(0x80 | scalar & 0x3F))
+            unescaped.append(UInt8(0xF0 | scalar >> 18))
+            unescaped.append(UInt8(0x80 | scalar >> 12 & 0x3F))
+            unescaped.append(UInt8(0x80 | scalar >> 6 & 0x3F))
+            unescaped.append(UInt8(0x80 | scalar & 0x3F))
         }
     }
 
     /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`; plain integers within Int64 are exact.
-    mutating func parseNumber() throws(JSONError) -> JSONValue {
+    mutating func parseNumber() throws(JSONError) {
         let start = index
         let negative = bytes[index] == UInt8(ascii: "-")
         if negative { index += 1 }
@@ -311,12 +368,12 @@ private struct Parser {
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
         if plainInteger && !overflow {
-            if !negative && magnitude <= UInt64(Int64.max) { return .integer(Int64(magnitude)) }
-            if negative && magnitude <= UInt64(Int64.max) + 1 { return .integer(Int64(truncatingIfNeeded: 0 &- magnitude)) }
+            if !negative && magnitude <= UInt64(Int64.max) { return scalar(.integer, payload: magnitude) }
+            if negative && magnitude <= UInt64(Int64.max) + 1 { return scalar(.integer, payload: 0 &- magnitude) }
         }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         guard let double = Double(text), double.isFinite else { throw JSONError("number at byte \(start) is out of range") }
-        return .number(double)
+        scalar(.number, payload: double.bitPattern)
     }
 
     func isDigit(_ byte: UInt8) -> Bool { byte &- UInt8(ascii: "0") < 10 }
@@ -335,7 +392,8 @@ private struct Parser {
         JSONError("input is not valid UTF-8 (in the string at byte \(string))")
     }
 
-    func duplicate(_ key: String, at offset: Int) -> JSONError {
+    func duplicate(_ token: Int, at offset: Int) -> JSONError {
+        let key = withBytes(of: tokens[token]) { String(decoding: $0, as: UTF8.self) }
         let shown = key.count <= 64 ? key : key.prefix(64) + "…"
         return JSONError("duplicate key \"\(shown)\" at byte \(offset): a key may appear only once in an object")
     }
@@ -344,10 +402,4 @@ private struct Parser {
         let text = String(byte, radix: 16, uppercase: true)
         return String(repeating: "0", count: max(0, digits - text.count)) + text
     }
-}
-
-/// A key hashed and compared by its UTF-8 bytes (for duplicate detection in large objects).
-private struct KeyBytes: Hashable {
-    let bytes: [UInt8]
-    init(_ key: String) { bytes = Array(key.utf8) }
 }

@@ -140,6 +140,20 @@ public enum JSONBytes {
         return a.utf8.elementsEqual(b.utf8)
     }
 
+    /// True when `string`'s UTF-8 is `bytes`.
+    public static func equal(_ string: String, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard string.utf8.count == bytes.count else { return false }
+        var string = string
+        return string.withUTF8 { same($0, bytes) }
+    }
+
+    /// True when `a` and `b` hold the same bytes.
+    static func same(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard a.count == b.count else { return false }
+        guard let left = a.baseAddress, let right = b.baseAddress else { return true }  // both empty
+        return memcmp(left, right, a.count) == 0
+    }
+
     /// UTF-8 byte order (which is also Unicode code point order).
     public static func less(_ a: String, _ b: String) -> Bool {
         let fast = a.utf8.withContiguousStorageIfAvailable { left in
