@@ -24,12 +24,16 @@ public struct SubmitProtocol: Sendable {
     /// The fields a line of each type may carry (a field of another type makes the line invalid).
     static func fields(of type: String) -> [String] {
         switch type {
-        case "notification": ["type", "signedPayload", "notification", "at", "id"]
-        case "delete-account": ["type", "account", "at", "id"]
-        case "reconciliation": ["type", "response", "at", "id"]
-        default: ["type", "account", "signedTransaction", "transaction", "receipt", "at", "id"]
+        case "notification": notificationFields
+        case "delete-account": deletionFields
+        case "reconciliation": reconciliationFields
+        default: transactionFields
         }
     }
+    private static let notificationFields = ["type", "signedPayload", "notification", "at", "id"]
+    private static let deletionFields = ["type", "account", "at", "id"]
+    private static let reconciliationFields = ["type", "response", "at", "id"]
+    private static let transactionFields = ["type", "account", "signedTransaction", "transaction", "receipt", "at", "id"]
 
     public init(ledger: Ledger, trustDecoded: Bool, clock: @escaping @Sendable () -> Timestamp = LedgerTime.now) {
         self.ledger = ledger
@@ -287,23 +291,13 @@ public struct SubmitProtocol: Sendable {
 
     /// The submissions a line asks for and the time of the attempt.
     func parse(_ object: JSONView, caller: AuthenticatedCaller? = nil, now: Timestamp) throws -> ([Ledger.Submission], Timestamp) {
-        if let caller, let refused = Self.firstKey(of: object, outside: caller.fields.sorted()) {
-            let fields = caller.fields.sorted().joined(separator: ", ")
-            throw ProtocolError(
-                ["account", "uid", "userId"].contains(where: { JSONBytes.equal($0, refused) })
-                    ? "field \(refused) is refused: the account is the authenticated caller's, and client-supplied UIDs are never read"
-                    : "unknown field \(refused) (this request takes only \(fields))")
-        }
-        if let unknown = Self.firstKey(of: object, outside: Self.allowedFields) {
-            throw ProtocolError("unknown field \(unknown) (device identifiers and other extra fields are not accepted)")
-        }
-        guard let type = object["type"]?.string else { throw ProtocolError("type is missing or not a string") }
-        let types = caller.map { caller in Self.types.filter(caller.types.contains) } ?? Self.types
-        guard types.contains(where: { JSONBytes.equal($0, type) }) else {
-            throw ProtocolError("type \(type) is not one of \(types.joined(separator: ", "))")
-        }
-        if let foreign = Self.firstKey(of: object, outside: Self.fields(of: type)) {
-            throw ProtocolError("field \(foreign) does not belong to a \(type) line (it takes \(Self.fields(of: type).joined(separator: ", ")))")
+        let type: String
+        if caller == nil, let given = object["type"]?.string, Self.types.contains(where: { JSONBytes.equal($0, given) }),
+            Self.firstKey(of: object, outside: Self.fields(of: given)) == nil
+        {
+            type = given  // nearly every line: a known type whose fields are all its own passes every check
+        } else {
+            type = try checkedType(of: object, caller: caller)
         }
         let at = try object["at"].map { try Self.timestamp($0.value) } ?? now
         switch type {
@@ -323,6 +317,30 @@ public struct SubmitProtocol: Sendable {
             let uid = try caller?.account ?? account(object)
             return (try transactions(object, at: at).map { .transaction(kind, uid: uid, $0.0, $0.1) }, at)
         }
+    }
+
+    /// The line's type, after checking its fields in order: those the caller may send, those any line
+    /// may carry, a known type, the fields of that type. Throws the first check that fails.
+    private func checkedType(of object: JSONView, caller: AuthenticatedCaller?) throws -> String {
+        if let caller, let refused = Self.firstKey(of: object, outside: caller.fields.sorted()) {
+            let fields = caller.fields.sorted().joined(separator: ", ")
+            throw ProtocolError(
+                ["account", "uid", "userId"].contains(where: { JSONBytes.equal($0, refused) })
+                    ? "field \(refused) is refused: the account is the authenticated caller's, and client-supplied UIDs are never read"
+                    : "unknown field \(refused) (this request takes only \(fields))")
+        }
+        if let unknown = Self.firstKey(of: object, outside: Self.allowedFields) {
+            throw ProtocolError("unknown field \(unknown) (device identifiers and other extra fields are not accepted)")
+        }
+        guard let type = object["type"]?.string else { throw ProtocolError("type is missing or not a string") }
+        let types = caller.map { caller in Self.types.filter(caller.types.contains) } ?? Self.types
+        guard types.contains(where: { JSONBytes.equal($0, type) }) else {
+            throw ProtocolError("type \(type) is not one of \(types.joined(separator: ", "))")
+        }
+        if let foreign = Self.firstKey(of: object, outside: Self.fields(of: type)) {
+            throw ProtocolError("field \(foreign) does not belong to a \(type) line (it takes \(Self.fields(of: type).joined(separator: ", ")))")
+        }
+        return type
     }
 
     /// The first key of `object` (in byte order) that is not one of `allowed` (compared byte for byte).

@@ -28,7 +28,8 @@ public final class JSONDocument: Sendable {
     /// The bytes of string token `token` (unescaped).
     func withBytes<R>(of token: JSONToken, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
         let range = Int(token.start)..<Int(token.start) + Int(token.length)
-        return (token.escaped ? unescaped : bytes).withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[range])) }
+        if token.escaped { return unescaped.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[range])) } }
+        return bytes.withUnsafeBufferPointer { body(UnsafeBufferPointer(rebasing: $0[range])) }
     }
 
     /// A cheap summary of a key's bytes (its length, first and last eight bytes) that tells most
@@ -134,25 +135,29 @@ public struct JSONView: Sendable {
 
     /// The value of the member whose key is `key`'s bytes, when this is an object that has one.
     public subscript(key: String) -> JSONView? {
+        if let found = key.utf8.withContiguousStorageIfAvailable({ member(named: $0) }) { return found }
+        var key = key  // without contiguous UTF-8 (bridged): made contiguous
+        return key.withUTF8 { member(named: $0) }
+    }
+
+    /// The value of the member whose key is the bytes `wanted`, when this is an object that has one.
+    public func member(named wanted: UnsafeBufferPointer<UInt8>) -> JSONView? {
         let object = token
         guard object.kind == .object, object.length > 0 else { return nil }
-        var key = key
-        let found: Int? = key.withUTF8 { wanted in
-            let fingerprint = JSONDocument.fingerprint(wanted)
-            guard object.payload & JSONDocument.keyBit(fingerprint) != 0 else { return nil }
-            return document.tokens.withUnsafeBufferPointer { tokens in
-                var member = index + 1
-                for _ in 0..<object.length {
-                    let candidate = tokens[member]
-                    if candidate.payload == fingerprint, Int(candidate.length) == wanted.count,
-                        document.withBytes(of: candidate, { JSONBytes.same($0, wanted) })
-                    {
-                        return member + 1
-                    }
-                    member = Int(tokens[member + 1].end)
+        let fingerprint = JSONDocument.fingerprint(wanted)
+        guard object.payload & JSONDocument.keyBit(fingerprint) != 0 else { return nil }
+        let found: Int? = document.tokens.withUnsafeBufferPointer { tokens in
+            var member = index + 1
+            for _ in 0..<object.length {
+                let candidate = tokens[member]
+                if candidate.payload == fingerprint, Int(candidate.length) == wanted.count,
+                    document.withBytes(of: candidate, { JSONBytes.same($0, wanted) })
+                {
+                    return member + 1
                 }
-                return nil
+                member = Int(tokens[member + 1].end)
             }
+            return nil
         }
         return found.map { JSONView(document: document, index: $0) }
     }

@@ -28,15 +28,18 @@ public struct JSONReader: Sendable {
 
     /// Reads exactly one JSON value from `bytes` into a ``JSONDocument``: every check of ``value(_:)``,
     /// without building a tree (the members a caller asks for are found in place).
+    @inlinable  // specialized in the caller: an array of bytes is kept as it is, not copied through witnesses
     public func document(_ bytes: some Collection<UInt8>) throws(JSONError) -> JSONDocument {
-        guard bytes.count <= min(maximumBytes, JSONDocument.maximumBytes) else {
-            throw JSONError("input is longer than \(min(maximumBytes, JSONDocument.maximumBytes)) bytes")
-        }
-        let owned = Array(bytes)
-        return try owned.withUnsafeBufferPointer { buffer throws(JSONError) in
+        let limit = min(maximumBytes, JSONDocument.maximumBytes)
+        guard bytes.count <= limit else { throw JSONError("input is longer than \(limit) bytes") }
+        return try document(owning: Array(bytes))
+    }
+
+    @usableFromInline func document(owning bytes: [UInt8]) throws(JSONError) -> JSONDocument {
+        try bytes.withUnsafeBufferPointer { buffer throws(JSONError) in
             var parser = Parser(buffer, maximumDepth: maximumDepth)
             try parser.document()
-            return JSONDocument(bytes: owned, unescaped: parser.unescaped, tokens: parser.tokens)
+            return JSONDocument(bytes: bytes, unescaped: parser.unescaped, tokens: parser.tokens)
         }
     }
 

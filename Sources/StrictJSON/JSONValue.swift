@@ -143,8 +143,7 @@ public enum JSONBytes {
     /// True when `string`'s UTF-8 is `bytes`.
     public static func equal(_ string: String, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         guard string.utf8.count == bytes.count else { return false }
-        var string = string
-        return string.withUTF8 { same($0, bytes) }
+        return string.utf8.withContiguousStorageIfAvailable { same($0, bytes) } ?? string.utf8.elementsEqual(bytes)
     }
 
     /// True when `a` and `b` hold the same bytes.
