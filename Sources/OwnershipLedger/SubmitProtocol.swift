@@ -49,7 +49,13 @@ public struct SubmitProtocol: Sendable {
     /// nothing and does not affect the others.
     public func respond<Line: Collection<UInt8> & Sendable>(to lines: [Line]) -> [Answer] {
         let prepared = prepare(lines)
-        return answers(to: prepared, decided: ledger.submit(isolating: prepared.groups))
+        return answers(to: prepared, decided: decide(prepared))
+    }
+
+    /// Decides `prepared`'s groups in one commit (each group alone when that fails), with the keys
+    /// computed when they were prepared (``Ledger/submit(isolating:)`` would compute them again).
+    public func decide(_ prepared: PreparedLines) -> [Result<[Decision], any Error>] {
+        ledger.submit(isolating: prepared.keyed.map { .success($0) })
     }
 
     /// A caller the transport has authenticated as one account (`ledger serve`'s app routes): the
@@ -67,9 +73,8 @@ public struct SubmitProtocol: Sendable {
         }
     }
 
-    /// Lines parsed and verified, ready to be decided: ``groups`` go to the writer
-    /// (``Ledger/submit(isolating:)`` or a ``GroupCommitter``), then ``answers(to:decided:)``
-    /// renders the answers.
+    /// Lines parsed, verified and keyed, ready to be decided (``decide(_:)``, or a ``GroupCommitter``),
+    /// then ``answers(to:decided:)`` renders the answers.
     public struct PreparedLines: Sendable {
         /// One group per valid line, in input order.
         public let groups: [(submissions: [Ledger.Submission], at: Timestamp)]

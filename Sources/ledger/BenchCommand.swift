@@ -290,7 +290,7 @@ struct BenchCommand: Subcommand {
         func decide(_ lines: [String]) throws -> UInt64 {
             let prepared = submit.prepare(lines.map(\.utf8))
             let start = DispatchTime.now().uptimeNanoseconds
-            let decided = ledger.submit(isolating: prepared.groups)
+            let decided = submit.decide(prepared)
             let elapsed = DispatchTime.now().uptimeNanoseconds - start
             for answer in submit.answers(to: prepared, decided: decided) where answer.decision != "granted" {
                 throw CLIError(code: .storeError, message: "bench binds: a purchase was answered \(answer.line), not granted")

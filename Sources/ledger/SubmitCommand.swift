@@ -47,7 +47,7 @@ struct SubmitCommand: Subcommand {
     static func sequential(_ submit: SubmitProtocol, _ input: LineBatches, _ console: Console) -> String? {
         var input = input
         while let batch = Batch(&input, submit, threads: 1) {
-            console.write(batch.output(submit, decided: submit.ledger.submit(isolating: batch.prepared.groups)))
+            console.write(batch.output(submit, decided: submit.decide(batch.prepared)))
         }
         return input.readError
     }
