@@ -13,7 +13,7 @@ final class Disposal: Sendable {
 
     /// Values handed over and not yet freed, at most.
     let inFlight: Int
-    private let queue = DispatchQueue(label: "ledger-disposal")
+    private let thread = WorkerThread()
     private let slots: DispatchSemaphore
 
     init(inFlight: Int) {
@@ -21,12 +21,14 @@ final class Disposal: Sendable {
         slots = DispatchSemaphore(value: self.inFlight)
     }
 
+    deinit { thread.stop() }
+
     /// Frees `value` on the disposal thread. The caller gives up `value`: when it still shares what
     /// `value` owns, that is freed by whichever thread lets go of it last.
     func release<T>(_ value: consuming T) {
         let box = Box(value)
         slots.wait()
-        queue.async { [slots] in
+        thread.async { [slots] in
             box.value = nil  // freed here, even if the caller's thread has not yet dropped `box`
             slots.signal()
         }

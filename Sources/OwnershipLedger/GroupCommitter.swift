@@ -74,6 +74,9 @@ public final class GroupCommitter: @unchecked Sendable {
     /// The writer is waiting ``gatherSeconds`` for more requests: only a full group wakes it early.
     private var gathering = false
     private let finished = DispatchSemaphore(value: 0)
+    /// Decides requests ahead (``readingAhead``): a thread of its own, so that deciding, which the
+    /// next commit waits for, never queues behind the parse work on Dispatch's threads.
+    private let decider: WorkerThread?
 
     /// Starts the writer thread. `onCommit` runs on it after each commit (keep it short).
     public init(
@@ -87,10 +90,13 @@ public final class GroupCommitter: @unchecked Sendable {
         self.deferringSync = deferringSync
         self.readingAhead = readingAhead && !deferringSync
         self.onCommit = onCommit
+        decider = self.readingAhead ? WorkerThread() : nil
         let writer = Thread { [self] in run() }
         writer.name = "ledger-writer"
         writer.start()
     }
+
+    deinit { decider?.stop() }
 
     /// Submissions queued and not yet taken by the writer.
     public var queueDepth: Int { condition.withLock { depth } }
@@ -164,12 +170,12 @@ public final class GroupCommitter: @unchecked Sendable {
                 next = nil
                 taken?.done.wait()
                 results = ledger.submit(isolating: requests.flatMap(\.groups), ahead: taken?.decided, wroteAhead: &wroteAhead) { batch, view in
-                    // Before this commit: take what is queued and decide it on another thread meanwhile.
-                    guard next == nil, let queued = takeRequests(waiting: false) else { return }
+                    // Before this commit: take what is queued and decide it on the deciding thread meanwhile.
+                    guard next == nil, let decider, let queued = takeRequests(waiting: false) else { return }
                     let ahead = Ahead(requests: queued)
                     next = ahead
                     let ledger = ledger
-                    DispatchQueue.global().async {
+                    decider.async {
                         let ready = queued.flatMap(\.groups).compactMap { try? $0.get() }
                         ahead.decided = ready.isEmpty ? nil : ledger.decideAhead(ready, after: view, overlay: batch)
                         ahead.done.signal()

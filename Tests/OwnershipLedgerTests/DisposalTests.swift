@@ -66,3 +66,34 @@ import Testing
         #expect(threads.all.count == disposal.inFlight + 1)
     }
 }
+
+/// The thread that frees for `Disposal` and decides ahead for `GroupCommitter`.
+@Suite struct WorkerThreadTests {
+    final class Log: @unchecked Sendable {
+        private let lock = NSLock()
+        private var entries: [(job: Int, thread: pthread_t)] = []
+        let ran = DispatchSemaphore(value: 0)
+        func note(_ job: Int) {
+            lock.withLock { entries.append((job, pthread_self())) }
+            ran.signal()
+        }
+        var all: [(job: Int, thread: pthread_t)] { lock.withLock { entries } }
+    }
+
+    @Test func jobsRunInOrderOnOneThreadOfTheirOwn() throws {
+        let worker = WorkerThread()
+        let log = Log()
+        let caller = pthread_self()
+        for job in 0..<50 { worker.async { log.note(job) } }
+        // Handed over before the stop: they still run, in order.
+        worker.stop()
+        for _ in 0..<50 { #expect(log.ran.wait(timeout: .now() + 30) == .success) }
+        let all = log.all
+        #expect(all.map(\.job) == Array(0..<50))
+        #expect(all.allSatisfy { pthread_equal($0.thread, all[0].thread) != 0 }, "the jobs ran on more than one thread")
+        #expect(pthread_equal(all[0].thread, caller) == 0)
+        // Nothing runs after the stop.
+        worker.async { log.note(50) }
+        #expect(log.ran.wait(timeout: .now() + 0.3) == .timedOut, "a job ran after the worker stopped")
+    }
+}
