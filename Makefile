@@ -1,7 +1,7 @@
 # Set-up and everyday commands. `make demo` and `make test` are the README's two commands.
 SWIFT ?= swift
 
-.PHONY: deps build demo test bench bench-history bench-binds bench-format1 bench-submit bench-tenths bench-serve bench-postgres format lint fuzz soak coverage
+.PHONY: deps build demo test bench bench-history bench-binds bench-format1 bench-submit bench-tenths bench-lookups bench-serve bench-postgres format lint fuzz soak coverage
 
 deps:
 	@{ pkg-config --exists lmdb libcrypto libmicrohttpd libpq && command -v curl && command -v python3 && test -x "$$(pg_config --bindir)/initdb"; } >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq liblmdb-dev libssl-dev libmicrohttpd-dev libpq-dev postgresql pkg-config curl python3; }
@@ -75,6 +75,13 @@ bench-tenths: build
 	mkdir -p .build/bench
 	test -s .build/bench/lines-$(SUBMIT_LINES).jsonl || python3 $(GEN_HISTORY) $(SUBMIT_LINES) > .build/bench/lines-$(SUBMIT_LINES).jsonl
 	CONTROL=$(GEN_HISTORY) bash Tests/Benchmarks/tenths.sh .build/release/ledger .build/bench/lines-$(SUBMIT_LINES).jsonl $(ROUNDS) .build/bench/tenths
+
+# What a random lookup costs LMDB itself (Debian's liblmdb, none of the ledger's code) in the trees of the
+# store after the first tenth and of the store of the first nine tenths, both left by `make bench-tenths`.
+bench-lookups:
+	test -d .build/bench/tenths/first -a -d .build/bench/tenths/nine || { echo "run make bench-tenths first: it leaves the two stores" >&2; exit 2; }
+	cc -O2 -o .build/bench/engine-lookups Tests/Benchmarks/engine-lookups.c $$(pkg-config --cflags --libs lmdb)
+	for store in first nine; do echo "$$store:"; .build/bench/engine-lookups .build/bench/tenths/$$store; done
 
 # `ledger serve` under 64 keep-alive clients (docs/benchmarks.md); BENCH_ARGS adds options, e.g.
 # BENCH_ARGS="--route submit --batch 50 --requests 400" for NDJSON batches.
