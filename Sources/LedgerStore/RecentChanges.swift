@@ -8,9 +8,9 @@ import Projections
 /// under `u` in `identities`) are appended instead to one of 128 small databases, `recent-0` …
 /// `recent-127`, chosen by the key's top seven bits. Each commit then merges the next region in turn
 /// (one per ``Recent/entriesPerMerge`` entries it appended, at least one) into the main trees and
-/// empties it: a merge's puts fall into 1/128 of each tree's key range, so a commit writes a bounded
-/// number of leaves however large the trees grow (format 2 wrote one leaf per line in each tree once
-/// the trees outgrew a commit). Every read consults both: a key's entries in its
+/// empties it: a merge's puts fall into 1/128 of each tree's key range, so a merge writes at most one
+/// leaf per merged entry, and fewer while that range holds fewer leaves (format 2 wrote one leaf per
+/// line in each tree once the trees outgrew a commit). Every read consults both: a key's entries in its
 /// region are newer than its entries in the main trees.
 ///
 /// A region's entries: u64 serial (big-endian, appended with `MDB_APPEND`) → kind ‖ key(16) ‖ payload
